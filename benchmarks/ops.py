@@ -1,0 +1,125 @@
+"""Deterministic ops vs their stock torch ops, same process, 7B-class shapes.
+
+Usage: ``python benchmarks/ops.py [--device cpu|cuda] [--quick]``. Writes
+``benchmarks/results/ops-<device>.json`` and ``.png``. Targets (issue #2): CPU
+``linear`` ratio <= 1.5 for M >= 16 and <= 3 for M < 16; on a GPU the Triton matmul
+at >= 0.8x cuBLAS bf16 throughput for M >= 256 (ratio <= 1.25).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, __file__.rsplit("/", 1)[0])
+from _harness import Row, compare, machine, report
+from reasonserve import ops
+
+HIDDEN, VOCAB = 4096, 32000
+
+
+def _row(op, shape, baseline_name, times, target=None) -> Row:
+    b, c = times
+    return Row(op, shape, baseline_name, b * 1e3, c * 1e3, c / b, target)
+
+
+def _linear_target(device: str, m: int) -> float | None:
+    if device == "cpu":
+        return 1.5 if m >= 16 else 3.0
+    return 1.25 if m >= 256 else None  # >= 0.8x cuBLAS throughput
+
+
+def linear_rows(device, dtype, ms, impl) -> list[Row]:
+    g = torch.Generator().manual_seed(0)
+    w = (torch.randn(HIDDEN, HIDDEN, generator=g) / 64).to(device=device, dtype=dtype)
+    rows = []
+    for m in ms:
+        x = torch.randn(m, HIDDEN, generator=g).to(device=device, dtype=dtype)
+        target = _linear_target(device, m)
+        times = compare(lambda: F.linear(x, w), lambda: ops.linear(x, w, impl=impl), device=device)
+        rows.append(_row("linear", f"M={m} K=N={HIDDEN}", "F.linear", times, target))
+    return rows
+
+
+def row_op_rows(device, dtype, ms, impl) -> list[Row]:
+    g = torch.Generator().manual_seed(1)
+    rows = []
+    nw = torch.ones(HIDDEN, device=device, dtype=dtype)
+    for m in ms:
+        h = torch.randn(m, HIDDEN, generator=g).to(device=device, dtype=dtype)
+        logits = torch.randn(m, VOCAB, generator=g).to(device=device, dtype=dtype)
+        cases = [
+            ("rms_norm", h, "F.rms_norm", lambda: F.rms_norm(h, (HIDDEN,), nw, 1e-6),
+             lambda: ops.rms_norm(h, nw, impl=impl)),
+            ("log_softmax", logits, "torch.log_softmax", lambda: torch.log_softmax(logits, -1),
+             lambda: ops.log_softmax(logits, impl=impl)),
+            ("softmax", logits, "torch.softmax", lambda: torch.softmax(logits, -1),
+             lambda: ops.softmax(logits, impl=impl)),
+            ("mean", h, "Tensor.mean", lambda: h.mean(-1), lambda: ops.mean(h, -1, impl=impl)),
+        ]  # fmt: skip
+        for name, t, base_name, base, ours in cases:
+            rows.append(_row(name, f"{list(t.shape)}", base_name, compare(base, ours, device=device)))
+    return rows
+
+
+def attention_rows(device, dtype, batches, impl) -> list[Row]:
+    g = torch.Generator().manual_seed(2)
+    rows = []
+    t, hq, hkv, d = 512, 32, 8, 128
+    for b in batches:
+        q = torch.randn(b, hq, d, generator=g).to(device=device, dtype=dtype)
+        k = torch.randn(b, hkv, t, d, generator=g).to(device=device, dtype=dtype)
+        v = torch.randn(b, hkv, t, d, generator=g).to(device=device, dtype=dtype)
+        lens = torch.full((b,), t, device=device)
+
+        def stock():
+            return F.scaled_dot_product_attention(q[:, :, None], k, v, enable_gqa=True)
+
+        def ours():
+            return ops.decode_attention(q, k, v, lens, impl=impl)
+
+        times = compare(stock, ours, device=device, repeats=5)
+        rows.append(_row("decode_attention", f"B={b} H={hq}/{hkv} T={t} D={d}", "F.sdpa (GQA)", times))
+    return rows
+
+
+def sample_rows(device, ms) -> list[Row]:
+    g = torch.Generator().manual_seed(3)
+    rows = []
+    for m in ms:
+        logits = torch.randn(m, VOCAB, generator=g).to(device)
+        gen = torch.Generator(device=device).manual_seed(0)
+
+        def stock():
+            return torch.multinomial(torch.softmax(logits, -1), 1, generator=gen)
+
+        def ours():
+            return ops.sample(logits, seeds=7, positions=torch.arange(m, device=device))
+
+        times = compare(stock, ours, device=device)
+        rows.append(_row("sample", f"M={m} V={VOCAB}", "softmax+multinomial", times))
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--quick", action="store_true", help="fewer shapes (smoke run)")
+    args = parser.parse_args()
+    device = args.device
+    on_gpu = device.startswith("cuda")
+    dtype = torch.bfloat16 if on_gpu else torch.float32
+    impl = "triton" if on_gpu else "torch"
+    ms = [1, 16] if args.quick else [1, 4, 16, 64, 256, 1024]
+    rows = linear_rows(device, dtype, ms, impl)
+    rows += row_op_rows(device, dtype, [1, 64] if args.quick else [1, 16, 256], impl)
+    rows += attention_rows(device, dtype, [1] if args.quick else [1, 8], impl)
+    rows += sample_rows(device, [1] if args.quick else [1, 64])
+    report(f"ops-{device.split(':')[0]}", rows, machine(device) | {"dtype": str(dtype), "impl": impl})
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,5 @@
+"""``python -m reasonserve`` runs the command line interface."""
+
+from reasonserve.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,58 @@
+"""Batch-invariant RMSNorm over the last dimension.
+
+``y = (x * 1/sqrt(mean(x**2) + eps)).to(x.dtype) * weight`` with statistics in
+float32 (float64 for float64 input), the order used by Llama/Qwen2 reference code.
+Guarantee: bitwise batch-invariant and run-to-run deterministic (one reduction
+order per row, no shape-dependent switch).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from reasonserve.core.errors import InvalidArgumentError
+from reasonserve.ops._checks import accumulation_dtype, check_same, check_tensor
+from reasonserve.ops._fixed_order import tree_sum
+from reasonserve.ops._impl import resolve_impl
+
+__all__ = ["rms_norm", "rms_norm_reference"]
+
+
+def _check(x: torch.Tensor, weight: torch.Tensor, eps: float) -> None:
+    check_tensor("x", x, min_ndim=1)
+    check_tensor("weight", weight, ndim=1)
+    check_same(("x", "weight"), x, weight, dtype=False)
+    if weight.shape[0] != x.shape[-1]:
+        raise InvalidArgumentError(
+            f"weight must have shape [{x.shape[-1]}] (x's last dim), got {tuple(weight.shape)}"
+        )
+    if not isinstance(eps, (int, float)) or not math.isfinite(eps) or eps < 0:
+        raise InvalidArgumentError(f"eps must be a finite number >= 0, got {eps!r}")
+
+
+def rms_norm_reference(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+    """The torch reference of :func:`rms_norm` (defines its meaning)."""
+    return rms_norm(x, weight, eps, impl="torch")
+
+
+def rms_norm(
+    x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6, *, impl: str = "auto"
+) -> torch.Tensor:
+    """RMS-normalize ``x [..., N]`` and scale by ``weight [N]``; returns ``[..., N]``.
+
+    The output has ``x``'s dtype promoted with ``weight``'s (as ``weight * x`` would).
+    """
+    _check(x, weight, eps)
+    if resolve_impl(impl, x) == "triton":
+        from reasonserve.ops.triton.rowwise import rms_norm_triton
+
+        rows = x.reshape(-1, x.shape[-1])
+        return rms_norm_triton(rows, weight, float(eps)).reshape(x.shape[:-1] + weight.shape)
+    acc = x.to(accumulation_dtype(x.dtype))
+    n = x.shape[-1]
+    variance = tree_sum(acc * acc, keepdim=True) / n if n else acc.new_zeros(*x.shape[:-1], 1)
+    # 1/sqrt rather than rsqrt: sqrt and division are correctly rounded everywhere.
+    normed = acc * (1.0 / torch.sqrt(variance + eps))
+    return weight * normed.to(x.dtype)

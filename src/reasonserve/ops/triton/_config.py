@@ -1,0 +1,31 @@
+"""Launch settings shared by the kernels: fixed per device kind, never per batch."""
+
+from __future__ import annotations
+
+import torch
+
+
+def on_gpu(t: torch.Tensor) -> bool:
+    return t.device.type == "cuda"
+
+
+def dot_precision(dtype: torch.dtype) -> str:
+    """fp32 inputs use full-precision dots (no TF32) so they match the reference."""
+    return "ieee" if dtype == torch.float32 else "tf32"
+
+
+def row_block(n: int, t: torch.Tensor) -> int:
+    """Columns per chunk of a row kernel: a function of the row length only."""
+    cap = 4096 if on_gpu(t) else 256
+    return max(16, min(cap, 1 << max(n - 1, 0).bit_length()))
+
+
+def num_programs(t: torch.Tensor, work_items: int) -> int:
+    """Persistent-kernel grid size: one program per SM (interpreter: 4)."""
+    if on_gpu(t):
+        sms = torch.cuda.get_device_properties(t.device).multi_processor_count
+        return max(1, min(sms, work_items))
+    return max(1, min(4, work_items))
+
+
+

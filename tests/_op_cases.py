@@ -1,0 +1,95 @@
+"""Builders of invariance cases, one per op, shared by the torch, Triton-interpreter
+and GPU suites. Each returns ``(run, make_item)``: ``run(items)`` batches items and
+runs the op once; ``make_item(rng)`` draws one random item."""
+
+from __future__ import annotations
+
+import torch
+
+from reasonserve import ops
+
+ROW_OPS = ("linear", "matmul", "rms_norm", "softmax", "log_softmax", "mean", "silu")
+
+
+def _randn(rng, *shape, dtype, scale=1.0, device="cpu"):
+    return (torch.randn(*shape, generator=rng) * scale).to(dtype=dtype, device=device)
+
+
+def row_case(name: str, impl: str, dtype, k: int, n: int, rng, device="cpu"):
+    """Row-wise ops: items are rows ``[k]`` (``linear``/``matmul`` map them to ``[n]``)."""
+    w = _randn(rng, n, k, dtype=dtype, scale=k**-0.5, device=device)
+    bias = _randn(rng, n, dtype=dtype, device=device)
+    norm_w = _randn(rng, k, dtype=dtype, device=device)
+    fns = {
+        "linear": lambda x: ops.linear(x, w, bias, impl=impl),
+        "matmul": lambda x: ops.matmul(x, w.t(), impl=impl),
+        "rms_norm": lambda x: ops.rms_norm(x, norm_w, 1e-6, impl=impl),
+        "softmax": lambda x: ops.softmax(x, -1, impl=impl),
+        "log_softmax": lambda x: ops.log_softmax(x, -1, impl=impl),
+        "mean": lambda x: ops.mean(x, -1, impl=impl),
+        "silu": ops.silu,
+    }
+    op = fns[name]
+    return (lambda items: list(op(torch.stack(items)).unbind(0))), (
+        lambda g: _randn(g, k, dtype=dtype, scale=3.0, device=device)
+    )
+
+
+def attention_case(impl: str, dtype, hq: int, hkv: int, d: int, s: int, rng, device="cpu"):
+    """Items are sequences ``(q [Hq, S, D], k [Hkv, L, D], v [Hkv, L, D])`` with ``L >= S``.
+
+    The batch pads keys/values to the longest sequence with NaN, which must never leak.
+    """
+
+    def make(g):
+        length = s + int(torch.randint(0, 40, (1,), generator=g))
+        return (
+            _randn(g, hq, s, d, dtype=dtype, device=device),
+            _randn(g, hkv, length, d, dtype=dtype, device=device),
+            _randn(g, hkv, length, d, dtype=dtype, device=device),
+        )
+
+    def run(items):
+        t = max(it[1].shape[1] for it in items)
+        lens = torch.tensor([it[1].shape[1] for it in items], device=device)
+        q = torch.stack([it[0] for it in items])
+        k = torch.full((len(items), hkv, t, d), float("nan"), dtype=dtype, device=device)
+        v = torch.full_like(k, float("nan"))
+        for i, (_, ki, vi) in enumerate(items):
+            k[i, :, : ki.shape[1]] = ki
+            v[i, :, : vi.shape[1]] = vi
+        if s == 1:
+            out = ops.decode_attention(q[:, :, 0], k, v, lens, impl=impl)
+            return list(out.unbind(0))
+        return list(ops.attention(q, k, v, kv_lens=lens, impl=impl).unbind(0))
+
+    return run, make
+
+
+def sample_case(vocab: int, rng):
+    """Items are ``(logits [V], seed, position, temperature, top_k, top_p, min_p)``."""
+
+    def make(g):
+        logits = torch.randn(vocab, generator=g) * 3
+        seed = int(torch.randint(0, 2**62, (1,), generator=g)) * 3
+        pos = int(torch.randint(0, 2**31, (1,), generator=g))
+        temp = float(torch.rand(1, generator=g)) * 2 if bool(torch.rand(1, generator=g) < 0.8) else 0.0
+        top_k = int(torch.randint(0, vocab + 2, (1,), generator=g))
+        top_p = float(torch.rand(1, generator=g)) * 0.9 + 0.1
+        min_p = float(torch.rand(1, generator=g)) * 0.3
+        return (logits, seed, pos, temp, top_k, top_p, min_p)
+
+    def run(items):
+        cols = list(zip(*items, strict=True))
+        out = ops.sample(
+            torch.stack(cols[0]),
+            seeds=torch.tensor([s - 2**64 if s >= 2**63 else s for s in cols[1]]),
+            positions=list(cols[2]),
+            temperature=torch.tensor(cols[3]),
+            top_k=torch.tensor(cols[4]),
+            top_p=torch.tensor(cols[5]),
+            min_p=torch.tensor(cols[6]),
+        )
+        return list(out.unbind(0))
+
+    return run, make
