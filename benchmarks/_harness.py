@@ -86,10 +86,10 @@ def report(name: str, rows: list[Row], meta: dict, out_dir: pathlib.Path = RESUL
     """Print the table and write ``<name>.json`` and ``<name>.png`` under ``out_dir``."""
     out_dir.mkdir(parents=True, exist_ok=True)
     print(f"\n{name}  ({', '.join(f'{k}={v}' for k, v in meta.items())})")
-    print(f"{'op':<16} {'shape':<28} {'baseline':<22} {'base ms':>9} {'ours ms':>9} {'ratio':>7} target")
+    print(f"{'op':<18} {'shape':<28} {'baseline':<20} {'base ms':>9} {'ours ms':>9} {'ratio':>7} target")
     for r in rows:
         verdict = "" if r.target is None else f"<= {r.target:g} {'met' if r.met else 'MISSED'}"
-        print(f"{r.op:<16} {r.shape:<28} {r.baseline:<22} {r.baseline_ms:>9.3f} "
+        print(f"{r.op:<18} {r.shape:<28} {r.baseline:<20} {r.baseline_ms:>9.3f} "
               f"{r.candidate_ms:>9.3f} {r.ratio:>7.2f} {verdict}")  # fmt: skip
     payload = {"meta": meta, "rows": [asdict(r) | {"met": r.met} for r in rows]}
     (out_dir / f"{name}.json").write_text(json.dumps(payload, indent=2))

@@ -8,7 +8,7 @@ import torch
 
 from reasonserve import ops
 
-ROW_OPS = ("linear", "matmul", "rms_norm", "softmax", "log_softmax", "mean", "silu")
+ROW_OPS = ("linear", "linear_k_major", "matmul", "rms_norm", "softmax", "log_softmax", "mean", "silu")
 
 
 def _randn(rng, *shape, dtype, scale=1.0, device="cpu"):
@@ -22,6 +22,7 @@ def row_case(name: str, impl: str, dtype, k: int, n: int, rng, device="cpu"):
     norm_w = _randn(rng, k, dtype=dtype, device=device)
     fns = {
         "linear": lambda x: ops.linear(x, w, bias, impl=impl),
+        "linear_k_major": lambda x: ops.linear(x, ops.k_major(w), bias, impl=impl),
         "matmul": lambda x: ops.matmul(x, w.t(), impl=impl),
         "rms_norm": lambda x: ops.rms_norm(x, norm_w, 1e-6, impl=impl),
         "softmax": lambda x: ops.softmax(x, -1, impl=impl),
@@ -91,5 +92,19 @@ def sample_case(vocab: int, rng):
             min_p=torch.tensor(cols[6]),
         )
         return list(out.unbind(0))
+
+    return run, make
+
+
+def bmm_case(dtype, s: int, k: int, n: int, device="cpu"):
+    """Items are batch entries ``(a [S, K], b [K, N])`` of a batched ``matmul``."""
+
+    def make(g):
+        return (_randn(g, s, k, dtype=dtype, device=device), _randn(g, k, n, dtype=dtype, device=device))
+
+    def run(items):
+        a = torch.stack([it[0] for it in items])
+        b = torch.stack([it[1] for it in items])
+        return list(ops.matmul(a, b).unbind(0))
 
     return run, make

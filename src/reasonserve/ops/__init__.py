@@ -12,7 +12,7 @@ from reasonserve.ops.attention import (
     attention_reference,
     decode_attention,
 )
-from reasonserve.ops.matmul import linear, linear_reference, matmul, matmul_reference
+from reasonserve.ops.matmul import k_major, linear, linear_reference, matmul, matmul_reference
 from reasonserve.ops.mean import mean, mean_reference
 from reasonserve.ops.mode import OVERRIDDEN_OPS, deterministic_mode, is_deterministic_mode
 from reasonserve.ops.rms_norm import rms_norm, rms_norm_reference
@@ -34,6 +34,7 @@ __all__ = [
     "greedy",
     "gumbel_noise",
     "is_deterministic_mode",
+    "k_major",
     "linear",
     "linear_reference",
     "log_softmax",

@@ -1,11 +1,15 @@
 """The two building blocks that make the torch reference path batch-invariant.
 
-* :func:`tiled_matmul_2d` never hands BLAS a shape that depends on the batch: rows
-  are padded to a multiple of :data:`ROW_TILE` and every tile is one BLAS call of the
-  same shape ``[N, K] x [K, ROW_TILE]``. A fixed shape means a fixed kernel, fixed
-  blocking and a fixed reduction order over ``K``, so a row's bits cannot depend on
-  how many rows (or which rows) share its batch. (Stock CPU ``mm`` picks different
-  kernels by row count; measured in ``docs/determinism.md``.)
+* :func:`tiled_matmul_2d` never lets the batch choose a BLAS kernel. Rows are padded
+  to a multiple of the smallest tile and every BLAS call has one of a few fixed row
+  counts (``ROWS_FIRST_TILES`` / ``WEIGHT_FIRST_TILES``, chosen by the layout of the
+  other operand). A fixed shape means a fixed kernel, fixed blocking and a fixed
+  reduction order over ``K``. The smallest tile defines the bits; a larger tile is
+  used only after a probe has shown that BLAS gives every row the same bits at both
+  sizes for that ``(K, N)``, layout, alignment, dtype and thread count
+  (:func:`tile_agrees`). Stock CPU ``mm`` picks kernels by row count, with boundaries
+  that move with ``K`` and ``N`` (``docs/determinism.md``), so nothing here assumes
+  a "safe range" of row counts.
 * :func:`tree_sum` reduces with element-wise additions in a fixed pairwise tree
   whose shape depends only on the reduced length. Element-wise IEEE additions are
   exact per element, so the result does not depend on threads, vector width or
@@ -14,52 +18,137 @@
 
 from __future__ import annotations
 
+import functools
+
 import torch
 import torch.nn.functional as F
 
-# Rows per BLAS call. Fixed: it must never depend on the batch size. 32 is the
-# cheapest tile measured for the `W @ tile.T` form on a 2-core AVX-512 CPU
-# (benchmarks/ops.py); any constant keeps the guarantee.
-ROW_TILE = 32
+# Rows per BLAS call, largest first, for each of the two call forms (chosen by the
+# layout of ``b``, never by the batch). The smallest tile sets the cost of a one-row
+# batch and defines the bits; larger tiles run big batches near stock BLAS speed
+# where the probe allows them. Measured on MKL (2 AVX-512 cores, K = N = 4096, fp32):
+# * ``b`` row-major ``[K, N]`` (a K-major weight): ``tile @ b``; a 4-row call costs
+#   1.5x a one-row GEMV and a 256-row call 1.03x per row of a stock 1024-row product;
+# * ``b = W.T`` with ``W`` row-major (``nn.Linear``'s layout): ``(W @ tile.T).T``,
+#   whose kernel class ends at 56 rows; 8 rows cost 2.4x a GEMV, 48 rows 1.5x stock.
+ROWS_FIRST_TILES = (256, 128, 64, 16, 4)
+WEIGHT_FIRST_TILES = (48, 16, 8)
+_ALIGN_BYTES = 64
+
+
+def _weight_first(b: torch.Tensor) -> bool:
+    """``b`` is the transpose of a row-major matrix: multiply with it first."""
+    return b.stride(1) != 1 and b.stride(0) == 1
+
+
+def _tiles(b: torch.Tensor) -> tuple[int, ...]:
+    return WEIGHT_FIRST_TILES if _weight_first(b) else ROWS_FIRST_TILES
+
+
+def _blas_mm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """The stock ATen ``mm`` kernel, even inside ``deterministic_mode()``.
+
+    The mode overrides ``aten::mm`` but never its ``out=`` overload; going through
+    the override here would re-tile an already fixed-shape call.
+    """
+    return torch.ops.aten.mm.out(a, b, out=a.new_empty(0))
+
+
+def _product(tile: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """One BLAS call computing ``tile @ b``, in the form ``b``'s layout runs fastest."""
+    if _weight_first(b):
+        return _blas_mm(b.t(), tile.t()).t()
+    return _blas_mm(tile, b)
+
+
+def _probe_operand(shape, strides, dtype, device, offset_elems, gen) -> torch.Tensor:
+    """A random tensor with the given shape, strides and misalignment."""
+    numel = max(s * st for s, st in zip(shape, strides, strict=True)) + 1
+    flat = torch.randn(numel + offset_elems, generator=gen).to(dtype=dtype, device=device)
+    return flat[offset_elems:].as_strided(shape, strides)
+
+
+@functools.lru_cache(maxsize=512)
+def tile_agrees(
+    tile: int, k: int, n: int, dtype: torch.dtype, device: str, b_strides: tuple, b_offset: int, threads: int
+) -> bool:
+    """Whether one BLAS call of ``tile`` rows gives every row the bits of the smallest tile.
+
+    The kernel BLAS picks depends on shapes, strides, alignment, dtype and threads —
+    never on values — so one random probe with those properties decides it. The
+    answer is memoized per process (keyed by all of them).
+    """
+    del threads  # part of the cache key: a different thread count may pick other kernels
+    gen = torch.Generator().manual_seed(tile * 7919 + k * 31 + n)
+    b = _probe_operand((k, n), b_strides, dtype, device, b_offset, gen)
+    a = torch.randn(tile, k, generator=gen).to(dtype=dtype, device=device)
+    small = _tiles(b)[-1]
+    whole = _product(a, b)
+    pieces = torch.cat([_product(a[i : i + small].clone(), b) for i in range(0, tile, small)])
+    return _same_bits(whole, pieces)
+
+
+def _same_bits(x: torch.Tensor, y: torch.Tensor) -> bool:
+    """Bitwise equality (``torch.equal`` would call -0.0 and 0.0 equal)."""
+    return torch.equal(x.reshape(-1).view(torch.uint8), y.reshape(-1).view(torch.uint8))
+
+
+def _tiles_for(b: torch.Tensor, k: int, n: int) -> tuple[int, ...]:
+    offset = (b.data_ptr() % _ALIGN_BYTES) // b.element_size()
+    key = (k, n, b.dtype, str(b.device), tuple(b.stride()), offset, torch.get_num_threads())
+    tiles = _tiles(b)
+    return tuple(t for t in tiles[:-1] if tile_agrees(t, *key)) + tiles[-1:]
+
+
+def _tile_rows(a: torch.Tensor, start: int, tile: int) -> torch.Tensor:
+    """Rows ``start .. start + tile`` of ``a`` in a fresh zero-padded buffer.
+
+    Fresh buffers start at the allocator's alignment, so BLAS sees every tile at the
+    same alignment whatever its position in the batch.
+    """
+    buf = a.new_zeros((tile, a.shape[1]))
+    rows = a[start : start + tile]
+    buf[: rows.shape[0]] = rows
+    return buf
 
 
 def tiled_matmul_2d(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """``a @ b`` for ``a [M, K]``, ``b [K, N]`` with fixed-shape row tiles.
-
-    Each tile is computed as ``(b.T @ tile.T).T``: with the large operand first, BLAS
-    streams ``b`` once per tile at a better rate than ``tile @ b`` for small tiles.
-    """
+    """``a @ b`` for ``a [M, K]``, ``b [K, N]`` with fixed-shape row tiles."""
     m, k = a.shape
     n = b.shape[1]
-    if m == 0 or n == 0:
+    if m == 0 or n == 0 or k == 0:
         return a.new_zeros((m, n))
-    padded_rows = -(-m // ROW_TILE) * ROW_TILE
-    # A fresh contiguous buffer: every tile starts at the same alignment.
-    buf = a.new_zeros((padded_rows, k))
-    buf[:m] = a
-    bt = b.t()
+    if b.stride(0) != 1 and b.stride(1) != 1:
+        b = b.contiguous()
+    tiles = _tiles_for(b, k, n)
+    padded_rows = -(-m // tiles[-1]) * tiles[-1]
     out = a.new_empty((padded_rows, n))
-    for start in range(0, padded_rows, ROW_TILE):
-        tile = buf[start : start + ROW_TILE]
-        out[start : start + ROW_TILE] = torch.mm(bt, tile.t()).t()
+    start = 0
+    for tile in tiles:
+        while padded_rows - start >= tile:
+            out[start : start + tile] = _product(_tile_rows(a, start, tile), b)
+            start += tile
     return out[:m]
 
 
-def tree_sum(x: torch.Tensor, *, keepdim: bool = False) -> torch.Tensor:
-    """Sum over the last dimension in a fixed pairwise order.
+def tree_sum(x: torch.Tensor, *, dim: int = -1, keepdim: bool = False) -> torch.Tensor:
+    """Sum over ``dim`` in a fixed pairwise order.
 
-    ``x [..., n]`` -> ``[...]`` (or ``[..., 1]`` with ``keepdim``). The row is
-    zero-padded to the next power of two and folded in half until one element is
-    left: element ``i`` is always added to element ``i + half``.
+    The reduced dimension is zero-padded to the next power of two and folded in half
+    until one element is left: element ``i`` is always added to element ``i + half``.
+    Padding with more zeros never changes the result (``x + 0 == x``), so a row summed
+    inside a longer, zero-padded batch keeps its bits.
     """
-    n = x.shape[-1]
+    dim = dim % x.dim()
+    n = x.shape[dim]
     if n == 0:
-        out = x.new_zeros(x.shape[:-1])
-        return out.unsqueeze(-1) if keepdim else out
+        out = x.new_zeros(x.shape[:dim] + x.shape[dim + 1 :])
+        return out.unsqueeze(dim) if keepdim else out
     width = 1 << (n - 1).bit_length()
     if width != n:
-        x = F.pad(x, (0, width - n))
+        pad = [0, 0] * (x.dim() - 1 - dim) + [0, width - n]
+        x = F.pad(x, pad)
     while width > 1:
         width //= 2
-        x = x[..., :width] + x[..., width:]
-    return x if keepdim else x.squeeze(-1)
+        x = x.narrow(dim, 0, width) + x.narrow(dim, width, width)
+    return x if keepdim else x.squeeze(dim)

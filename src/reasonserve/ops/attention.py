@@ -31,8 +31,10 @@ __all__ = ["KV_SPLIT_TOKENS", "attention", "attention_reference", "decode_attent
 
 # Keys per chunk of the reference reduction: a power of two, fixed for all batches.
 KV_SPLIT_TOKENS = 256
-# Queries per block of the reference path; bounds its temporary memory only.
-_QUERY_BLOCK = 64
+# Elements of the largest temporary of the reference path ([B, H, queries, keys, D]
+# per KV chunk). Queries are blocked to stay under it; blocking queries never changes
+# bits (each query is computed on its own), so the block may depend on the batch.
+_MAX_TEMP_ELEMS = 1 << 24
 
 
 def _check_qkv(q, k, v, kv_lens, causal):
@@ -80,45 +82,36 @@ def _mask(lens: torch.Tensor, s: int, t: int, causal: bool) -> torch.Tensor:
     return visible.unsqueeze(1)
 
 
-def _chunked_tree(terms) -> torch.Tensor:
-    """Tree-combine per-chunk tree sums, as one tree over the whole padded length."""
-    parts = torch.stack(list(terms), dim=-1)
-    return tree_sum(parts)
+def _chunked_tree(terms, dim: int) -> torch.Tensor:
+    """Tree-combine per-chunk tree sums: the same bits as one tree over all keys."""
+    return tree_sum(torch.stack(list(terms), dim=dim), dim=dim)
 
 
 def _reference(q, k, v, lens, causal: bool, scale: float) -> torch.Tensor:
     acc_dtype = accumulation_dtype(q.dtype)
-    qf, kf, vf = (t.to(acc_dtype) for t in (q, k, v))
-    group = q.shape[1] // k.shape[1]
-    kf = kf.repeat_interleave(group, dim=1)
-    vf = vf.repeat_interleave(group, dim=1)
-    t = k.shape[2]
-    mask = _mask(lens, q.shape[2], t, causal)
+    b, hq, s, d = q.shape
+    hkv, t = k.shape[1], k.shape[2]
+    # [B, Hkv, G, S, D]: query heads grouped under their KV head, no K/V copies.
+    qf = q.to(acc_dtype).view(b, hkv, hq // hkv, s, d)
+    in_cache = torch.arange(t, device=q.device)[None, :] < lens[:, None]  # [B, T]
+    # Zero unused cache slots once, so inf/NaN there cannot leak in (0 * inf = NaN).
+    kf = torch.where(in_cache[:, None, :, None], k.to(acc_dtype), 0.0)[:, :, None, None]
+    vf = torch.where(in_cache[:, None, :, None], v.to(acc_dtype), 0.0)[:, :, None, None]
+    mask = _mask(lens, s, t, causal)[:, :, None]  # [B, 1, 1, S, T]
     chunks = [(c, min(c + KV_SPLIT_TOKENS, t)) for c in range(0, t, KV_SPLIT_TOKENS)]
     outs = []
-    for qs in range(0, q.shape[2], _QUERY_BLOCK):
-        qb = qf[:, :, qs : qs + _QUERY_BLOCK]
-        mb = mask[:, :, qs : qs + _QUERY_BLOCK]
-        scores = torch.cat(
-            [tree_sum(qb[:, :, :, None, :] * kf[:, :, None, a:e, :]) for a, e in chunks], dim=-1
-        ) * scale
-        scores = scores.masked_fill(~mb, float("-inf"))
-        p = torch.exp(scores - scores.amax(dim=-1, keepdim=True))
-        denom = _chunked_tree(tree_sum(p[..., a:e]) for a, e in chunks)
-        # p is exactly 0 on masked keys; zero those values too so inf/NaN in unused
-        # cache slots cannot leak in (0 * inf = NaN).
+    block = max(1, _MAX_TEMP_ELEMS // (b * hq * min(t, KV_SPLIT_TOKENS) * max(d, 1)))
+    for qs in range(0, s, block):
+        qb = qf[:, :, :, qs : qs + block, None, :]  # [B, Hkv, G, Sb, 1, D]
+        scores = torch.cat([tree_sum(qb * kf[..., a:e, :]) for a, e in chunks], dim=-1) * scale
+        scores = scores.masked_fill(~mask[..., qs : qs + block, :], float("-inf"))
+        p = torch.exp(scores - scores.amax(dim=-1, keepdim=True))  # [B, Hkv, G, Sb, T]
+        denom = _chunked_tree((tree_sum(p[..., a:e]) for a, e in chunks), dim=-1)
         numer = _chunked_tree(
-            tree_sum((p[..., a:e, None] * _visible_values(vf, mb, a, e)).transpose(-1, -2))
-            for a, e in chunks
+            (tree_sum(p[..., a:e, None] * vf[..., a:e, :], dim=-2) for a, e in chunks), dim=-1
         )
         outs.append(numer / denom[..., None])
-    return torch.cat(outs, dim=2).to(q.dtype)
-
-
-def _visible_values(vf: torch.Tensor, mb: torch.Tensor, a: int, e: int) -> torch.Tensor:
-    """``v[:, :, None, a:e]`` with keys a query cannot see set to 0: ``[B, H, Sb, C, D]``."""
-    vis = mb[..., a:e, None]
-    return torch.where(vis, vf[:, :, None, a:e, :], 0.0)
+    return torch.cat(outs, dim=3).reshape(b, hq, s, d).to(q.dtype)
 
 
 def attention_reference(q, k, v, *, causal: bool = True, scale: float | None = None, kv_lens=None):

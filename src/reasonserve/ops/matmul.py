@@ -5,7 +5,9 @@ and in the leading batch dimensions: a row's output bits depend only on that row
 on the other operand, never on how many rows share the call or where the row sits.
 Run-to-run deterministic on the same machine, thread count and library versions.
 
-* torch reference (any device): fixed-shape row tiles, see ``_fixed_order``.
+* torch reference (any device): fixed-shape row tiles, see ``_fixed_order``; batched
+  products with a small per-entry ``K * N`` use element-wise products summed by a
+  fixed pairwise tree instead (the choice depends on ``K`` and ``N`` only).
 * Triton (CUDA): persistent kernel with fixed tile sizes and no split-K.
 """
 
@@ -15,10 +17,10 @@ import torch
 
 from reasonserve.core.errors import InvalidArgumentError
 from reasonserve.ops._checks import check_same, check_tensor
-from reasonserve.ops._fixed_order import tiled_matmul_2d
+from reasonserve.ops._fixed_order import tiled_matmul_2d, tree_sum
 from reasonserve.ops._impl import resolve_impl
 
-__all__ = ["linear", "linear_reference", "matmul", "matmul_reference"]
+__all__ = ["k_major", "linear", "linear_reference", "matmul", "matmul_reference"]
 
 
 def _mm_2d(a: torch.Tensor, b: torch.Tensor, impl: str) -> torch.Tensor:
@@ -27,6 +29,33 @@ def _mm_2d(a: torch.Tensor, b: torch.Tensor, impl: str) -> torch.Tensor:
 
         return matmul_triton(a, b)
     return tiled_matmul_2d(a, b)
+
+
+# Batched products whose per-entry ``K * N`` is at most this use element-wise
+# products and a pairwise tree instead of one BLAS call per tile and entry: attention
+# scores and weighted values of small heads are thousands of tiny products, where
+# per-call overhead dominates. The choice depends on (K, N) only, never on the batch.
+_TREE_MAX_KN = 1 << 14
+# Elements of the [E, rows, N, K] temporary per chunk of the tree form.
+_TREE_CHUNK_ELEMS = 1 << 22
+
+
+def _tree_bmm(a3: torch.Tensor, b3: torch.Tensor) -> torch.Tensor:
+    """``a3 [E, M, K] @ b3 [E, K, N]`` as element-wise products summed by a fixed tree."""
+    e, m, k = a3.shape
+    bt = b3.transpose(1, 2).unsqueeze(1)  # [E, 1, N, K]
+    rows = max(1, _TREE_CHUNK_ELEMS // max(1, e * b3.shape[2] * k))
+    parts = [tree_sum(a3[:, i : i + rows, None, :] * bt) for i in range(0, m, rows)]
+    return torch.cat(parts, dim=1) if parts else a3.new_zeros((e, 0, b3.shape[2]))
+
+
+def _batched_mm(a3: torch.Tensor, b3: torch.Tensor, impl: str) -> torch.Tensor:
+    k, n = b3.shape[1], b3.shape[2]
+    if k * n <= _TREE_MAX_KN and resolve_impl(impl, a3) == "torch":
+        acc = a3.dtype if a3.dtype == torch.float64 else torch.float32
+        return _tree_bmm(a3.to(acc), b3.to(acc)).to(a3.dtype)
+    out = [_mm_2d(a3[i], b3[i], impl) for i in range(a3.shape[0])]
+    return torch.stack(out) if out else a3.new_zeros((0, a3.shape[1], n))
 
 
 def matmul_reference(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -66,9 +95,18 @@ def matmul(a: torch.Tensor, b: torch.Tensor, *, impl: str = "auto") -> torch.Ten
         ) from err
     a3 = a.expand(*batch, *a.shape[-2:]).reshape(-1, *a.shape[-2:])
     b3 = b.expand(*batch, *b.shape[-2:]).reshape(-1, *b.shape[-2:])
-    out = [_mm_2d(a3[i], b3[i], impl) for i in range(a3.shape[0])]
-    stacked = torch.stack(out) if out else a.new_zeros((0, a.shape[-2], b.shape[-1]))
-    return stacked.reshape(*batch, a.shape[-2], b.shape[-1])
+    return _batched_mm(a3, b3, impl).reshape(*batch, a.shape[-2], b.shape[-1])
+
+
+def k_major(weight: torch.Tensor) -> torch.Tensor:
+    """The same ``[N, K]`` weight, stored K-major (a transposed view of a ``[K, N]`` copy).
+
+    Values, shape and results are unchanged; only the memory layout moves. On CPU the
+    batch-invariant :func:`linear` runs at close to stock speed on this layout
+    (``docs/benchmarks.md``): convert weights once at load time.
+    """
+    check_tensor("weight", weight, ndim=2)
+    return weight.t().contiguous().t()
 
 
 def linear_reference(
