@@ -146,8 +146,12 @@ def tree_sum(x: torch.Tensor, *, dim: int = -1, keepdim: bool = False) -> torch.
         return out.unsqueeze(dim) if keepdim else out
     width = 1 << (n - 1).bit_length()
     if width != n:
-        pad = [0, 0] * (x.dim() - 1 - dim) + [0, width - n]
-        x = F.pad(x, pad)
+        # Same bits as zero-padding to `width` and folding once (x + 0 == x), without
+        # copying the whole tensor into a padded buffer first.
+        width //= 2
+        tail = n - width
+        head = x.narrow(dim, 0, tail) + x.narrow(dim, width, tail)
+        x = torch.cat([head, x.narrow(dim, tail, width - tail)], dim=dim)
     while width > 1:
         width //= 2
         x = x.narrow(dim, 0, width) + x.narrow(dim, width, width)

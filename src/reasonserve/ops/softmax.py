@@ -18,11 +18,13 @@ from reasonserve.ops._impl import resolve_impl
 __all__ = ["log_softmax", "log_softmax_reference", "softmax", "softmax_reference"]
 
 
-def _shifted(rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Return ``rows - max`` and the sum of its exponentials, per row."""
+def _softmax_rows(rows: torch.Tensor, log: bool) -> torch.Tensor:
+    """(Log-)softmax over the last dim in the accumulation dtype."""
     acc = rows.to(accumulation_dtype(rows.dtype))
     shifted = acc - acc.amax(dim=-1, keepdim=True)
-    return shifted, tree_sum(torch.exp(shifted), keepdim=True)
+    exps = torch.exp(shifted)
+    total = tree_sum(exps, keepdim=True)
+    return shifted - torch.log(total) if log else exps / total
 
 
 def _run(x: torch.Tensor, dim: int, impl: str, log: bool) -> torch.Tensor:
@@ -40,9 +42,7 @@ def _run(x: torch.Tensor, dim: int, impl: str, log: bool) -> torch.Tensor:
         flat = rows.reshape(-1, rows.shape[-1])
         out = softmax_triton(flat, log=log).reshape(rows.shape)
     else:
-        shifted, total = _shifted(rows)
-        out = shifted - torch.log(total) if log else torch.exp(shifted) / total
-        out = out.to(x.dtype)
+        out = _softmax_rows(rows, log).to(x.dtype)
     return out.movedim(-1, d)
 
 
