@@ -21,7 +21,6 @@ from __future__ import annotations
 import functools
 
 import torch
-import torch.nn.functional as F
 
 # Rows per BLAS call, largest first, for each of the two call forms (chosen by the
 # layout of ``b``, never by the batch). The smallest tile sets the cost of a one-row
