@@ -1,0 +1,50 @@
+"""Printing and saving replay reports: a table, JSON and an accuracy-vs-cost PNG."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+from collections.abc import Sequence
+
+from reasonserve.certainindex.calibration import Outcome
+
+
+def table(title: str, rows: Sequence[tuple[str, Outcome]], cost_unit: str) -> str:
+    header = f"{'rule':<34} {'accuracy':>9} {'d acc (pt)':>10} {'mean ' + cost_unit:>14} {'savings':>8}"
+    lines = [title, header]
+    for name, o in rows:
+        lines.append(f"{name:<34} {o.accuracy:>9.4f} {-100 * o.accuracy_loss:>+10.2f} "
+                     f"{o.cost / max(o.n, 1):>14.1f} {o.savings:>8.1%}")  # fmt: skip
+    return "\n".join(lines)
+
+
+def write_json(path: str | pathlib.Path, payload: dict) -> None:
+    pathlib.Path(path).write_text(json.dumps(payload, indent=2, default=str))
+
+
+def plot(path: str | pathlib.Path, title: str, curve: Sequence[tuple[str, Outcome]],
+         marks: Sequence[tuple[str, Outcome]], cost_unit: str) -> bool:  # fmt: skip
+    """Accuracy vs mean cost: ``curve`` as a line, ``marks`` as labelled points."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return False
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    if curve:
+        xs = [o.cost / max(o.n, 1) for _, o in curve]
+        ax.plot(xs, [o.accuracy for _, o in curve], "o-", label="sweep", color="tab:blue")
+    for name, o in marks:
+        ax.scatter([o.cost / max(o.n, 1)], [o.accuracy], zorder=3)
+        ax.annotate(name, (o.cost / max(o.n, 1), o.accuracy), fontsize=8, xytext=(4, 4),
+                    textcoords="offset points")  # fmt: skip
+    ax.set_xlabel(f"mean {cost_unit} per program")
+    ax.set_ylabel("accuracy")
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return True

@@ -1,0 +1,114 @@
+"""Stopping rules replayed over recorded probe streams.
+
+A rule reads a trajectory's probes in order; when it fires at probe ``i`` the program
+exits with the agreed answer and costs ``positions[i]`` tokens, otherwise it runs to
+the end (``tokens_used``) and answers its final answer.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from reasonserve.certainindex.calibration import Outcome
+from reasonserve.certainindex.probe_consistency import ProbeConsistency
+from reasonserve.certainindex.tv_stability import TVStability
+from reasonserve.replay.probe_runs import Trajectory
+
+__all__ = ["OracleRule", "TVRule", "WindowRule", "evaluate"]
+
+
+@dataclass(frozen=True, slots=True)
+class WindowRule:
+    """Stop when the last ``window`` counted probes agree (``C_k >= threshold``)."""
+
+    window: int
+    threshold: float = 1.0
+    min_tokens: int = 0
+
+    @property
+    def name(self) -> str:
+        extra = f", min {self.min_tokens} tok" if self.min_tokens else ""
+        return f"window {self.window}" + (f" tau {self.threshold:g}" if self.threshold < 1 else "") + extra
+
+    def first_stop(self, tr: Trajectory) -> tuple[int, int] | None:
+        if self.threshold >= 1.0:
+            # All of the last `window` counted probes agree <=> the current run is that long.
+            for i, run in enumerate(tr.run_at):
+                if run >= self.window and tr.positions[i] >= self.min_tokens:
+                    return i, tr.current_at[i]
+            return None
+        return self.first_stop_by_estimator(tr)
+
+    def first_stop_by_estimator(self, tr: Trajectory) -> tuple[int, int] | None:
+        """The same decision through :class:`ProbeConsistency` (any threshold)."""
+        est = ProbeConsistency(window=self.window, threshold=self.threshold)
+        state = est.start()
+        last = -1
+        for i, cid in enumerate(tr.classes):
+            certainty = est.update(state, cid)
+            last = cid if cid >= 0 else last
+            if last >= 0 and tr.positions[i] >= self.min_tokens and est.should_stop(certainty):
+                return i, last
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class TVRule:
+    """Stop when the TV stability test of Definition 2 passes; answer = mode of the last k."""
+
+    k: int
+    epsilon: float
+    min_tokens: int = 0
+
+    @property
+    def name(self) -> str:
+        extra = f", min {self.min_tokens} tok" if self.min_tokens else ""
+        return f"TV k {self.k} eps {self.epsilon:g}{extra}"
+
+    def first_stop(self, tr: Trajectory) -> tuple[int, int] | None:
+        est = TVStability(k=self.k, epsilon=self.epsilon)
+        state = est.start()
+        for i, cid in enumerate(tr.classes):
+            certainty = est.update(state, cid)
+            if tr.positions[i] >= self.min_tokens and est.should_stop(certainty):
+                recent = list(state)[-self.k :]
+                counts = Counter(recent)
+                best = max(counts, key=lambda c: (counts[c], max(j for j, x in enumerate(recent) if x == c)))
+                return i, best
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class OracleRule:
+    """For context only: the earliest probe after which every probe equals the final answer."""
+
+    name: str = "oracle"
+
+    def first_stop(self, tr: Trajectory) -> tuple[int, int] | None:
+        if tr.final_class < 0:
+            return None
+        start = None
+        for i in range(len(tr.raw_classes) - 1, -1, -1):
+            if tr.raw_classes[i] != tr.final_class:
+                break
+            start = i
+        return None if start is None else (start, tr.final_class)
+
+
+def evaluate(rule, trajectories: Sequence[Trajectory]) -> Outcome:
+    """Replay ``rule`` over ``trajectories``; cost in reasoning tokens."""
+    correct = cost = base_correct = base_cost = 0.0
+    for tr in trajectories:
+        base_correct += tr.final_correct
+        base_cost += tr.tokens_used
+        stop = rule.first_stop(tr)
+        if stop is None:
+            correct += tr.final_correct
+            cost += tr.tokens_used
+        else:
+            i, cid = stop
+            correct += tr.class_correct[cid]
+            cost += tr.positions[i]
+    return Outcome(len(trajectories), correct, cost, base_correct, base_cost)

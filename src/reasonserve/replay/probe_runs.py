@@ -1,0 +1,120 @@
+"""Read probe-in-the-middle recordings and precompute what replay needs.
+
+A run folder holds ``probes.csv.gz`` (dataset, problem_id, rollout_id, token_position,
+probe_answer, probe_text, is_certain), ``labels.jsonl`` (target, final_answer,
+final_correct, tokens_used, finished_naturally per trajectory) and ``meta.json``.
+Each trajectory becomes a :class:`Trajectory` whose probe answers are already
+grouped into equivalence classes and graded against the target once, so that
+stopping rules can be replayed many times cheaply.
+"""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import json
+import pathlib
+from dataclasses import dataclass
+
+from reasonserve.certainindex.equivalence import AnswerClasses, equivalent
+from reasonserve.certainindex.probe_consistency import ProbeConsistency
+from reasonserve.core.errors import InvalidArgumentError
+
+__all__ = ["Trajectory", "load_run"]
+
+csv.field_size_limit(10_000_000)
+
+
+@dataclass(frozen=True, slots=True)
+class Trajectory:
+    """One recorded reasoning trajectory with its probes, graded."""
+
+    key: tuple[str, str, str]  # dataset, problem_id, rollout_id
+    run: str
+    target: str
+    tokens_used: int
+    final_class: int  # class of the final answer among the probe classes (-1: none)
+    final_correct: bool  # our grading of the final answer
+    recorded_correct: bool  # the recorder's grading, for reference
+    positions: tuple[int, ...]  # token position of each probe
+    classes: tuple[int, ...]  # class id per probe (-1: empty or unconfident)
+    raw_classes: tuple[int, ...]  # class id per probe ignoring hesitation (-1: empty)
+    class_correct: tuple[bool, ...]  # per class id: does it match the target?
+    run_at: tuple[int, ...]  # after probe i: length of the run of the latest counted answer
+    current_at: tuple[int, ...]  # after probe i: class of the latest counted answer (-1: none)
+
+
+def _read_probes(path: pathlib.Path) -> dict[tuple[str, str, str], list[dict]]:
+    rows: dict[tuple[str, str, str], list[dict]] = {}
+    with gzip.open(path, "rt", encoding="utf-8", newline="") as fh:
+        for row in csv.DictReader(fh):
+            key = (row["dataset"], row["problem_id"], row["rollout_id"])
+            rows.setdefault(key, []).append(row)
+    for probes in rows.values():
+        probes.sort(key=lambda r: int(r["token_position"]))
+    return rows
+
+
+def _trajectory(run: str, label: dict, probes: list[dict], gate: ProbeConsistency) -> Trajectory:
+    classes = AnswerClasses()
+    raw, counted, positions = [], [], []
+    for row in probes:
+        cid = classes.add(row["probe_answer"] or None)
+        raw.append(cid)
+        counted.append(cid if gate.is_confident(row.get("probe_text")) else -1)
+        positions.append(int(row["token_position"]))
+    target = str(label["target"])
+    final = label.get("final_answer")
+    final_cid = classes.add(final) if final else -1
+    correct = tuple(equivalent(classes.representative(c), target) for c in range(len(classes)))
+    run_at, current_at = _runs(counted)
+    key = (str(label["dataset"]), str(label["problem_id"]), str(label["rollout_id"]))
+    return Trajectory(
+        key=key,
+        run=run,
+        target=target,
+        tokens_used=int(label["tokens_used"]),
+        final_class=final_cid,
+        final_correct=bool(final) and equivalent(final, target),
+        recorded_correct=bool(label.get("final_correct")),
+        positions=tuple(positions),
+        classes=tuple(counted),
+        raw_classes=tuple(raw),
+        class_correct=correct,
+        run_at=run_at,
+        current_at=current_at,
+    )
+
+
+def _runs(counted: list[int]) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """Run length and class of the latest counted answer after each probe."""
+    run, last, runs, currents = 0, -1, [], []
+    for cid in counted:
+        if cid >= 0:
+            run = run + 1 if cid == last else 1
+            last = cid
+        runs.append(run)
+        currents.append(last)
+    return tuple(runs), tuple(currents)
+
+
+def load_run(folder: str | pathlib.Path, *, gate: ProbeConsistency | None = None) -> list[Trajectory]:
+    """All trajectories of one run folder, graded with :func:`equivalent`.
+
+    Probes after ``tokens_used`` are dropped (they cannot be reached). A trajectory
+    without probes is kept: every rule runs it to the end.
+    """
+    root = pathlib.Path(folder)
+    for name in ("probes.csv.gz", "labels.jsonl"):
+        if not (root / name).is_file():
+            raise InvalidArgumentError(f"{root} is not a probe run: {name} is missing")
+    gate = gate or ProbeConsistency()
+    probes = _read_probes(root / "probes.csv.gz")
+    out = []
+    with open(root / "labels.jsonl", encoding="utf-8") as fh:
+        for line in fh:
+            label = json.loads(line)
+            key = (str(label["dataset"]), str(label["problem_id"]), str(label["rollout_id"]))
+            rows = [r for r in probes.get(key, []) if int(r["token_position"]) <= int(label["tokens_used"])]
+            out.append(_trajectory(root.name, label, rows, gate))
+    return out

@@ -1,0 +1,104 @@
+"""``reasonserve replay probes``: certainindex on real probe-in-the-middle recordings.
+
+Reports, on the same trajectories: the full-trajectory baseline, the Dynasor presets,
+a window sweep, TV-test rules, the oracle (context only), and the **calibrated** rule:
+a window/min-token setting chosen by cross-validation over (model, dataset) groups,
+so its numbers are out-of-sample. The JSON's top-level ``baseline_accuracy``,
+``accuracy``, ``baseline_cost``, ``cost`` (mean tokens) and ``savings`` describe the
+calibrated rule.
+"""
+
+from __future__ import annotations
+
+import glob
+import pathlib
+from collections import defaultdict
+from collections.abc import Sequence
+
+from reasonserve.certainindex.calibration import choose, cross_validate
+from reasonserve.certainindex.probe_consistency import PRESETS
+from reasonserve.core.errors import InvalidArgumentError
+from reasonserve.replay import _report
+from reasonserve.replay.probe_rules import OracleRule, TVRule, WindowRule, evaluate
+from reasonserve.replay.probe_runs import Trajectory, load_run
+
+__all__ = ["calibration_candidates", "replay_probes", "run_folders"]
+
+SWEEP = (2, 3, 5, 8, 12, 16, 24, 32, 48)
+
+
+def calibration_candidates() -> list[WindowRule]:
+    """Most conservative first (see :func:`choose`)."""
+    return [WindowRule(k, 1.0, m) for k in range(64, 1, -2) for m in (2048, 1024, 512, 0)]
+
+
+def run_folders(
+    runs: Sequence[str] | None, runs_glob: str | None, data_root: pathlib.Path
+) -> list[pathlib.Path]:
+    if runs:
+        folders = [pathlib.Path(r) for r in runs]
+    else:
+        pattern = runs_glob or str(data_root / "probes" / "*")
+        folders = sorted(pathlib.Path(p) for p in glob.glob(pattern) if pathlib.Path(p).is_dir())
+    if not folders:
+        raise InvalidArgumentError("no probe run folders found (use --run DIR or --runs GLOB)")
+    return folders
+
+
+def _folds(trajs: list[Trajectory]) -> list[list[Trajectory]]:
+    """(model, dataset) groups; a single group falls back to 5 folds by problem."""
+    groups: dict[str, list[Trajectory]] = defaultdict(list)
+    for t in trajs:
+        model, dataset = [*t.run.split("__"), "?"][:2]
+        groups[f"{model}/{dataset}"].append(t)
+    if len(groups) >= 2:
+        return list(groups.values())
+    folds: list[list[Trajectory]] = [[] for _ in range(5)]
+    for t in trajs:
+        folds[sum(map(ord, t.key[1])) % 5].append(t)  # stable across processes
+    return [f for f in folds if f]
+
+
+def replay_probes(folders: Sequence[pathlib.Path], *, tolerance: float = 0.005) -> dict:
+    trajs = [t for f in folders for t in load_run(f)]
+    if not trajs:
+        raise InvalidArgumentError("the runs hold no trajectories")
+    rules: list = [WindowRule(w) for w in SWEEP]
+    # Presets replay at the recorded probe interval (crazy's 32-token interval cannot).
+    presets = [(f"preset {n} (window {w})", WindowRule(w)) for n, (w, _) in PRESETS.items()]
+    tv = [TVRule(k, e) for k in (4, 8, 16) for e in (0.1, 0.25)]
+    cv = cross_validate(calibration_candidates(), evaluate, _folds(trajs), tolerance)
+    calibrated = cv.pooled
+    chosen, chosen_in_sample = choose(calibration_candidates(), evaluate, trajs, tolerance)
+    base = evaluate(WindowRule(10**9), trajs)
+    sweep = [(r.name, evaluate(r, trajs)) for r in rules]
+    rows = [("full trajectories (baseline)", base), *[(n, evaluate(r, trajs)) for n, r in presets], *sweep,
+            *[(r.name, evaluate(r, trajs)) for r in tv], ("oracle (context)", evaluate(OracleRule(), trajs)),
+            ("calibrated, out-of-sample", calibrated)]  # fmt: skip
+    return {
+        **calibrated.as_dict(),
+        "tolerance": tolerance,
+        "runs": [f.name for f in folders],
+        "trajectories": len(trajs),
+        "chosen_per_fold": [c.name for c in cv.choices],
+        "chosen": chosen.name,  # fitted on every trajectory given: the setting to deploy
+        "chosen_in_sample": chosen_in_sample.as_dict(),
+        "fold_outcomes": [o.as_dict() for o in cv.fold_outcomes],
+        "rules": {name: o.as_dict() for name, o in rows},
+        "_rows": rows,
+        "_sweep": sweep,
+    }
+
+
+def print_and_save(report: dict, *, json_path: str | None, png_path: str | None, out) -> None:
+    rows = report.pop("_rows")
+    sweep = report.pop("_sweep")
+    out.write(_report.table(f"replay probes: {report['trajectories']} trajectories from "
+                            f"{len(report['runs'])} runs", rows, "tokens") + "\n")  # fmt: skip
+    out.write(f"calibrated choice per held-out fold: {report['chosen_per_fold']}\n")
+    out.write(f"setting chosen on all {report['trajectories']} trajectories: {report['chosen']}\n")
+    if json_path:
+        _report.write_json(json_path, report)
+    if png_path:
+        marks = [(n, o) for n, o in rows if n.startswith(("full", "oracle", "calibrated"))]
+        _report.plot(png_path, "replay probes: accuracy vs tokens", sweep, marks, "tokens")

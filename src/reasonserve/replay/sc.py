@@ -1,0 +1,189 @@
+"""``reasonserve replay sc``: early stopping of self-consistency on recorded samples.
+
+Each question's samples are streamed in their recorded order. A rule reads the answers
+(grouped by equivalence) and, where the file has them, reward-model scores, and stops
+at sample ``n``; the answer is the majority so far (ties: higher mean reward, then the
+earlier answer). Cost = samples drawn. Rules compared in the same run: first sample,
+majority of all samples, stop-when-k-agree, entropy certainty, reward-gated first
+sample, and the calibrated rule chosen by 5-fold cross-validation over questions.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import pathlib
+from collections import Counter, defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from reasonserve.certainindex.calibration import Outcome, choose, cross_validate
+from reasonserve.certainindex.equivalence import equivalent, group_answers
+from reasonserve.certainindex.semantic_entropy import SemanticEntropy
+from reasonserve.core.errors import InvalidArgumentError
+from reasonserve.replay import _report
+
+__all__ = ["SCQuestion", "SCRule", "load_samples", "replay_sc"]
+
+
+@dataclass(frozen=True, slots=True)
+class SCQuestion:
+    qid: str
+    classes: tuple[int, ...]  # per sample, -1 = no answer
+    class_correct: tuple[bool, ...]
+    rewards: tuple[float, ...]  # per sample, NaN when missing
+
+
+def _reward(value) -> float:
+    if isinstance(value, list):
+        value = value[-1] if value else None
+    try:
+        x = float(value)
+    except (TypeError, ValueError):
+        return math.nan
+    return x if math.isfinite(x) else math.nan
+
+
+def load_samples(path: str | pathlib.Path) -> list[SCQuestion]:
+    """Read a ``sc_samples`` JSONL file: ``gt``, ``pred[n]``, optional ``pred_score[n]``."""
+    out = []
+    with open(path, encoding="utf-8") as fh:
+        for line_no, line in enumerate(fh):
+            row = json.loads(line)
+            if "pred" not in row or "gt" not in row:
+                raise InvalidArgumentError(f"{path}:{line_no + 1}: needs 'gt' and 'pred'")
+            preds = [p if isinstance(p, str) else None for p in row["pred"]]
+            classes = group_answers(preds)
+            reps = {c: p for c, p in zip(classes, preds, strict=True) if c >= 0}
+            correct = tuple(equivalent(reps[c], str(row["gt"])) for c in range(len(reps)))
+            scores = row.get("pred_score") or [None] * len(preds)
+            out.append(SCQuestion(str(row.get("idx", line_no)), tuple(classes), correct,
+                                  tuple(_reward(s) for s in scores)))  # fmt: skip
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class SCRule:
+    """Stop at sample n when the enabled tests pass (see module docstring).
+
+    ``agree``: some answer has at least this many votes; ``entropy``: semantic-entropy
+    certainty >= this; ``reward_gate``: stop after the first sample when its reward is
+    >= this; ``min_samples``: never stop on agreement/entropy before this many samples;
+    ``max_samples``: stop at this many samples (None: all recorded).
+    """
+
+    agree: int | None = None
+    entropy: float | None = None
+    min_samples: int = 1
+    reward_gate: float | None = None
+    max_samples: int | None = None
+
+    @property
+    def name(self) -> str:
+        parts = []
+        if self.reward_gate is not None:
+            parts.append(f"reward>={self.reward_gate:g} at 1")
+        if self.agree is not None:
+            parts.append(f"{self.agree} agree")
+        if self.entropy is not None:
+            parts.append(f"entropy>={self.entropy:g}")
+        if self.min_samples > 1:
+            parts.append(f"n>={self.min_samples}")
+        if self.max_samples is not None:
+            parts.append(f"max {self.max_samples}")
+        return ", ".join(parts) or "never"
+
+    def stops(self, n: int, votes: Counter, first_reward: float) -> bool:
+        if self.max_samples is not None and n >= self.max_samples:
+            return True
+        if self.reward_gate is not None and n == 1 and first_reward >= self.reward_gate:
+            return True
+        if n < self.min_samples or (self.agree is None and self.entropy is None):
+            return False
+        if self.agree is not None and (not votes or max(votes.values()) < self.agree):
+            return False
+        if self.entropy is not None:
+            certainty = SemanticEntropy().score([c for c, k in votes.items() for _ in range(k)])
+            if certainty < self.entropy:
+                return False
+        return True
+
+
+def _majority(votes: Counter, rewards: dict) -> int:
+    def key(c):
+        r = [x for x in rewards[c] if not math.isnan(x)]
+        return (votes[c], sum(r) / len(r) if r else -math.inf)
+
+    return max(votes, key=key) if votes else -1
+
+
+def _run_one(rule: SCRule, q: SCQuestion) -> tuple[bool, int]:
+    votes: Counter = Counter()
+    rewards: dict = defaultdict(list)
+    for n, (cid, r) in enumerate(zip(q.classes, q.rewards, strict=True), start=1):
+        if cid >= 0:
+            votes[cid] += 1
+            rewards[cid].append(r)
+        if rule.stops(n, votes, q.rewards[0]) or n == len(q.classes):
+            best = _majority(votes, rewards)
+            return best >= 0 and q.class_correct[best], n
+    return False, 0
+
+
+def evaluate(rule: SCRule, questions: Sequence[SCQuestion]) -> Outcome:
+    """Replay ``rule``; the baseline is the majority of all samples."""
+    correct = cost = base_correct = base_cost = 0.0
+    everything = SCRule()
+    for q in questions:
+        ok, n = _run_one(rule, q)
+        base_ok, base_n = _run_one(everything, q)
+        correct, cost = correct + ok, cost + n
+        base_correct, base_cost = base_correct + base_ok, base_cost + base_n
+    return Outcome(len(questions), correct, cost, base_correct, base_cost)
+
+
+def calibration_candidates(questions: Sequence[SCQuestion]) -> list[SCRule]:
+    """Most conservative first; reward gates only where the file has rewards."""
+    gates: list[float | None] = [None]
+    if any(not math.isnan(r) for q in questions for r in q.rewards):
+        gates += [4.5, 4.0, 3.5, 3.0, 2.5]
+    rules = [SCRule()]
+    for gate in gates:
+        rules += [
+            SCRule(agree=3, reward_gate=gate),
+            SCRule(entropy=0.6, min_samples=3, reward_gate=gate),
+            SCRule(agree=2, reward_gate=gate),
+            SCRule(entropy=1.0, min_samples=2, reward_gate=gate),
+        ]
+    return rules
+
+
+def replay_sc(path: str | pathlib.Path, *, tolerance: float = 0.0) -> dict:
+    questions = load_samples(path)
+    if len(questions) < 5:
+        raise InvalidArgumentError(f"{path}: need at least 5 questions, got {len(questions)}")
+    folds = [questions[i::5] for i in range(5)]
+    cv = cross_validate(calibration_candidates(questions), evaluate, folds, tolerance)
+    chosen, _ = choose(calibration_candidates(questions), evaluate, questions, tolerance)
+    named = [("first sample", SCRule(max_samples=1)), ("majority of all (baseline)", SCRule()),
+             ("stop when 2 agree", SCRule(agree=2)), ("stop when 3 agree", SCRule(agree=3)),
+             ("entropy >= 0.6, n >= 3", SCRule(entropy=0.6, min_samples=3))]  # fmt: skip
+    if len(calibration_candidates(questions)) > 9:
+        named.append(("reward >= 3 at 1, else 2 agree", SCRule(agree=2, reward_gate=3.0)))
+    rows = [(n, evaluate(r, questions)) for n, r in named] + [("calibrated, out-of-sample", cv.pooled)]
+    return {**cv.pooled.as_dict(), "file": str(path), "questions": len(questions),
+            "tolerance": tolerance,
+            "chosen_per_fold": [c.name for c in cv.choices], "chosen": chosen.name,
+            "rules": {n: o.as_dict() for n, o in rows}, "_rows": rows}  # fmt: skip
+
+
+def print_and_save(report: dict, *, json_path: str | None, png_path: str | None, out) -> None:
+    rows = report.pop("_rows")
+    out.write(_report.table(f"replay sc: {report['questions']} questions from {report['file']}",
+                            rows, "samples") + "\n")  # fmt: skip
+    out.write(f"calibrated choice per held-out fold: {report['chosen_per_fold']}\n")
+    out.write(f"setting chosen on all {report['questions']} questions: {report['chosen']}\n")
+    if json_path:
+        _report.write_json(json_path, report)
+    if png_path:
+        _report.plot(png_path, "replay sc: accuracy vs samples", [], rows, "samples")

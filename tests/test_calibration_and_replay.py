@@ -1,0 +1,150 @@
+"""Calibration with cross-validation, and the replay commands on small synthetic data."""
+
+import csv
+import gzip
+import json
+import random
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from reasonserve.certainindex.calibration import Outcome, choose, cross_validate
+from reasonserve.cli import main
+from reasonserve.core import InvalidArgumentError
+from reasonserve.replay import probes, sc
+from reasonserve.replay.probe_rules import OracleRule, WindowRule, evaluate
+from reasonserve.replay.probe_runs import Trajectory, _runs, load_run
+
+
+def _outcome(correct, cost):
+    return Outcome(10, correct, cost, 8, 100)
+
+
+def test_choose_maximizes_savings_within_tolerance():
+    table = {"a": _outcome(8, 90), "b": _outcome(8, 60), "c": _outcome(7, 10)}
+    best, out = choose(list(table), lambda c, _: table[c], [], tolerance=0.0)
+    assert best == "b" and out.savings == pytest.approx(0.4)
+    best, _ = choose(list(table), lambda c, _: table[c], [], tolerance=0.1)
+    assert best == "c"
+    with pytest.raises(InvalidArgumentError):
+        choose([], lambda c, _: table[c], [], 0.0)
+
+
+def test_cross_validation_scores_each_fold_with_a_choice_made_elsewhere():
+    seen = []
+
+    def evaluate_(cand, items):
+        seen.append((cand, tuple(items)))
+        return Outcome(len(items), sum(items) * cand, float(len(items)), sum(items), 2.0 * len(items))
+
+    cv = cross_validate([1, 0], evaluate_, [[1, 1], [0, 1]], tolerance=0.0)
+    assert cv.choices == [1, 1]
+    assert cv.pooled.n == 4
+    with pytest.raises(InvalidArgumentError):
+        cross_validate([1], evaluate_, [[1]], 0.0)
+
+
+def _trajectory(classes, positions, final_class, correct, tokens=1000):
+    run_at, current_at = _runs(list(classes))
+    return Trajectory(("d", "0", "0"), "m__d__s", "t", tokens, final_class, correct[final_class] if final_class >= 0 else False,
+                      True, tuple(positions), tuple(classes), tuple(classes), tuple(correct), run_at, current_at)  # fmt: skip
+
+
+@settings(max_examples=200)
+@given(st.lists(st.integers(-1, 2), min_size=1, max_size=30), st.integers(1, 5), st.sampled_from([0, 256, 1024]))
+def test_window_rule_fast_path_equals_the_estimator(classes, window, min_tokens):
+    tr = _trajectory(classes, [64 * (i + 1) for i in range(len(classes))], 0, (True, False, False))
+    rule = WindowRule(window, 1.0, min_tokens)
+    assert rule.first_stop(tr) == rule.first_stop_by_estimator(tr)
+
+
+def test_oracle_and_evaluate_on_a_hand_trajectory():
+    tr = _trajectory([1, 1, 0, 0, 0], [64, 128, 192, 256, 320], 0, (True, False), tokens=400)
+    assert OracleRule().first_stop(tr) == (2, 0)
+    assert WindowRule(2).first_stop(tr) == (1, 1)  # false consensus on the wrong answer
+    out = evaluate(WindowRule(2), [tr])
+    assert (out.accuracy, out.baseline_accuracy, out.cost) == (0.0, 1.0, 128)
+
+
+def _write_probe_run(folder, n_problems=12, seed=0):
+    rng = random.Random(seed)
+    folder.mkdir(parents=True)
+    labels, rows = [], []
+    for p in range(n_problems):
+        target = str(p + 1)
+        wrong = str(p + 100)
+        settle = rng.randint(2, 8)
+        n = settle + rng.randint(2, 10)
+        for i in range(n):
+            ans = wrong if i < settle else target
+            rows.append(["math500", p, 0, 64 * (i + 1), ans, "", True])
+        labels.append({"problem_id": p, "rollout_id": 0, "dataset": "math500", "target": target,
+                       "final_answer": target, "final_correct": True, "tokens_used": 64 * n + 30,
+                       "finished_naturally": True})  # fmt: skip
+    with gzip.open(folder / "probes.csv.gz", "wt", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(["dataset", "problem_id", "rollout_id", "token_position", "probe_answer", "probe_text", "is_certain"])
+        w.writerows(rows)
+    (folder / "labels.jsonl").write_text("\n".join(json.dumps(x) for x in labels) + "\n")
+    (folder / "meta.json").write_text("{}")
+
+
+def test_replay_probes_on_synthetic_runs(tmp_path):
+    for i, name in enumerate(["m1__math500__seed_1", "m2__math500__seed_1", "m1__amc23__seed_2"]):
+        _write_probe_run(tmp_path / "probes" / name, seed=i)
+    trajs = load_run(tmp_path / "probes" / "m1__math500__seed_1")
+    assert len(trajs) == 12 and all(t.final_correct for t in trajs)
+    out = tmp_path / "report.json"
+    assert main(["replay", "probes", "--data", str(tmp_path), "--json", str(out), "--png", str(tmp_path / "p.png")]) == 0
+    report = json.loads(out.read_text())
+    for key in ("baseline_accuracy", "accuracy", "baseline_cost", "cost", "savings"):
+        assert key in report
+    assert report["baseline_accuracy"] == 1.0
+    assert report["rules"]["oracle (context)"]["accuracy"] == 1.0
+    assert 0 < report["rules"]["oracle (context)"]["savings"] < 1
+    assert (tmp_path / "p.png").stat().st_size > 0
+
+
+def test_load_run_rejects_a_folder_without_probes(tmp_path):
+    with pytest.raises(InvalidArgumentError, match=r"probes\.csv\.gz"):
+        load_run(tmp_path)
+
+
+def _write_sc(path, n=20, seed=0):
+    rng = random.Random(seed)
+    with open(path, "w") as fh:
+        for q in range(n):
+            gt = str(q)
+            preds = [gt if rng.random() < 0.7 else str(q + 50 + rng.randint(0, 2)) for _ in range(8)]
+            scores = [[4.0 if p == gt else 1.0] for p in preds]
+            fh.write(json.dumps({"idx": q, "gt": gt, "pred": preds, "pred_score": scores}) + "\n")
+
+
+def test_replay_sc_on_synthetic_samples(tmp_path):
+    path = tmp_path / "s.jsonl"
+    _write_sc(path)
+    report = sc.replay_sc(path)
+    rules = report["rules"]
+    assert rules["first sample"]["cost"] == 1.0 and rules["majority of all (baseline)"]["cost"] == 8.0
+    for key in ("baseline_accuracy", "accuracy", "baseline_cost", "cost", "savings"):
+        assert key in report
+    # Rewards here identify a correct first sample exactly, so calibration must use them.
+    assert "reward>=" in report["chosen"]
+    assert report["cost"] < 8.0
+    assert rules["reward >= 3 at 1, else 2 agree"]["accuracy"] >= rules["first sample"]["accuracy"]
+    out = tmp_path / "sc.json"
+    assert main(["replay", "sc", "--samples", str(path), "--json", str(out)]) == 0
+    assert json.loads(out.read_text())["questions"] == 20
+
+
+def test_sc_loader_rejects_malformed_rows(tmp_path):
+    path = tmp_path / "bad.jsonl"
+    path.write_text(json.dumps({"idx": 0, "pred": ["1"]}) + "\n")
+    with pytest.raises(InvalidArgumentError, match="gt"):
+        sc.load_samples(path)
+
+
+def test_run_folders_needs_something(tmp_path):
+    with pytest.raises(InvalidArgumentError):
+        probes.run_folders(None, str(tmp_path / "nothing*"), tmp_path)

@@ -1,0 +1,96 @@
+"""Answer equivalence: the cascade, hostile strings, fuzzing."""
+
+import os
+import pathlib
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from reasonserve.certainindex import AnswerClasses, Verdict, compare_answers, equivalent, group_answers
+from reasonserve.certainindex import _mathexpr as mx
+
+EQUAL = [
+    (r"\frac{1}{2}", "0.5"), ("1/2", r"\dfrac12"), (r"(3,\frac{\pi}{2})", r"\left( 3, \frac{\pi}{2} \right)"),
+    ("p - q", "p-q"), ("2x+1", "1+2x"), ("x^2-1", "(x-1)(x+1)"), (r"50\%", "0.5"), ("(C)", "C"),
+    (r"\text{C}", "c"), (r"2\sqrt{3}", r"\sqrt{12}"), (r"\sqrt[3]{8}", "2"), ("y=2x+1", "y=1+2x"),
+    ("1,000", "1000"), ("3.0", "3"), (r"\infty", r"\infty"), (r"\text{Evelyn}", "Evelyn"),
+    (r"\frac{\sqrt{3}}{3}", r"\frac{1}{\sqrt{3}}"), ("[1, 2)", "[1,2)"), ("10^{2}", "100"),
+    ("30^\\circ", "30"), ("1.00001", "1"),
+]  # fmt: skip
+DIFFERENT = [
+    ("50", "0.5"), ("[1,2)", "[1,2]"), ("(1,2)", "(2,1)"), ("2x", "3x"), ("A", "B"), ("1", "(1,2)"),
+    ("x^2", "x^3"), ("1.001", "1"), (r"\frac{1}{3}", "0.33"), ("", ""), (None, "1"), ("A", "1"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("a", "b"), EQUAL)
+def test_equal_pairs(a, b):
+    assert equivalent(a, b) and equivalent(b, a)
+
+
+@pytest.mark.parametrize(("a", "b"), DIFFERENT)
+def test_different_pairs(a, b):
+    assert not equivalent(a, b) and not equivalent(b, a)
+
+
+def test_hostile_strings_never_execute_or_hang(tmp_path):
+    marker = tmp_path / "pwned"
+    hostile = [
+        f"__import__('os').system('touch {marker}')",
+        "10^10^10^10",
+        "9" * 100_000,
+        "{" * 50_000,
+        "(" * 500 + "1" + ")" * 500,
+        "x" * 399 + "^" + "9" * 50,
+        "\\frac" * 5000,
+        "１０^１０^１０",  # fullwidth digits
+        "eval(compile('1','a','eval'))",
+    ]
+    for h in hostile:
+        for other in ("0", h, "1e400"):
+            assert compare_answers(h, other) in (Verdict.EQUAL, Verdict.DIFFERENT, Verdict.UNKNOWN)
+    assert not marker.exists()
+    assert not pathlib.Path(os.getcwd(), "pwned").exists()
+
+
+def test_power_towers_are_float_overflow_not_bignums():
+    tree = mx.parse("10^10^10")
+    assert mx.evaluate(tree, {}) == float("inf")
+    assert compare_answers("10^10^10", "5") is Verdict.DIFFERENT
+
+
+def test_deadline_turns_into_unknown():
+    assert compare_answers("x^2+2x+1", "(x+1)^2", time_limit_s=1e-12) is Verdict.UNKNOWN
+    with pytest.raises(ValueError, match="time_limit_s"):
+        compare_answers("1", "1", time_limit_s=0)
+
+
+def test_parser_limits():
+    with pytest.raises(mx.ExprError):
+        mx.parse("1+" * 300 + "1")  # over MAX_CHARS
+    with pytest.raises(mx.ExprError):
+        mx.parse(r"\unknowncommand{1}")
+
+
+def test_grouping_into_classes():
+    assert group_answers(["1/2", "0.5", "", r"\frac{1}{2}", "3", None, "3.0"]) == [0, 0, -1, 0, 1, -1, 1]
+    classes = AnswerClasses()
+    assert classes.add("x+1") == 0 and classes.add("1+x") == 0 and len(classes) == 1
+
+
+@settings(max_examples=1500, deadline=None)
+@given(st.text(alphabet=st.sampled_from(list("0123456789+-*/^(){}[],.=xyz \\fracsqtpi%$")), max_size=60),
+       st.text(max_size=40))  # fmt: skip
+def test_fuzzed_comparisons_return_a_verdict_and_are_symmetric_for_equality(a, b):
+    v1 = compare_answers(a, b)
+    v2 = compare_answers(b, a)
+    assert isinstance(v1, Verdict) and isinstance(v2, Verdict)
+    assert (v1 is Verdict.EQUAL) == (v2 is Verdict.EQUAL)
+    assert compare_answers(a, a) in (Verdict.EQUAL, Verdict.DIFFERENT)  # DIFFERENT only when empty
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(-50, 50), st.integers(1, 50))
+def test_fractions_equal_their_decimal(p, q):
+    assert equivalent(f"\\frac{{{p}}}{{{q}}}", repr(p / q))
