@@ -21,11 +21,10 @@ import time
 import torch
 
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
-from _harness import RESULTS, machine  # noqa: E402
-
-from reasonserve.certainindex import ProbeConsistency, SemanticEntropy, compare_answers  # noqa: E402
-from reasonserve.certainindex.answers import _normalize_cached  # noqa: E402
-from reasonserve.certainindex.equivalence import _parsed  # noqa: E402
+from _harness import RESULTS, machine
+from reasonserve.certainindex import ProbeConsistency, SemanticEntropy, compare_answers
+from reasonserve.certainindex.answers import _normalize_cached
+from reasonserve.certainindex.equivalence import _parsed
 
 TYPICAL = [(r"\frac{1}{2}", "0.5"), ("3", "3"), ("p-q", "p - q"), (r"2\sqrt{3}", r"\sqrt{12}"),
            ("(3,4)", "(3, 4)"), ("x^2+1", "1+x^2"), ("12", "13"), (r"\pi", "3.14159")]  # fmt: skip
@@ -106,7 +105,8 @@ def probe_update_bench() -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--data", default=str(pathlib.Path(__file__).resolve().parents[2] / "shared" / "data"))
+    default_data = pathlib.Path(__file__).resolve().parents[2] / "shared" / "data"
+    parser.add_argument("--data", default=str(default_data))
     args = parser.parse_args()
     report = {"meta": machine("cpu"), "semantic_entropy": entropy_bench(),
               "equivalence": equivalence_bench(pathlib.Path(args.data)),

@@ -72,3 +72,10 @@ def test_extraction_never_raises(text):
     for fn in (extract_answer, extract_probe_answer, normalize_answer):
         result = fn(text)
         assert result is None or isinstance(result, str)
+
+
+def test_non_string_answers_are_a_type_error():
+    from reasonserve.core import InvalidTypeError
+
+    with pytest.raises(InvalidTypeError):
+        normalize_answer(["1"])

@@ -132,7 +132,8 @@ def test_replay_sc_on_synthetic_samples(tmp_path):
     # Rewards here identify a correct first sample exactly, so calibration must use them.
     assert "reward>=" in report["chosen"]
     assert report["cost"] < 8.0
-    assert rules["reward >= 3 at 1, else 2 agree"]["accuracy"] >= rules["first sample"]["accuracy"]
+    gated = next(v for k, v in rules.items() if k.startswith("reward >= median"))
+    assert gated["accuracy"] >= rules["first sample"]["accuracy"]
     out = tmp_path / "sc.json"
     assert main(["replay", "sc", "--samples", str(path), "--json", str(out)]) == 0
     assert json.loads(out.read_text())["questions"] == 20
@@ -148,3 +149,45 @@ def test_sc_loader_rejects_malformed_rows(tmp_path):
 def test_run_folders_needs_something(tmp_path):
     with pytest.raises(InvalidArgumentError):
         probes.run_folders(None, str(tmp_path / "nothing*"), tmp_path)
+
+
+def test_cot_text_probing_reads_complete_answers_only(tmp_path):
+    from reasonserve.replay import cot
+
+    words = " ".join(["step"] * 70)
+    text = f"<think> {words} so the answer is 7. {words} maybe \\boxed{{8}} {words} </think> \\boxed{{8}}"
+    tr = cot.trace_trajectory(("d", "0", "0"), "r", text, "8", "8", interval_tokens=64)
+    assert tr.positions[0] == 64 and tr.tokens_used > 200
+    answers = [tr.current_at[i] for i in range(len(tr.positions))]
+    assert answers[0] == -1  # nothing complete in the first 64 tokens
+    assert tr.class_correct[answers[-1]] and not tr.class_correct[answers[1]]  # 7, later 8
+    path = tmp_path / "t.jsonl"
+    rows = [{"full_text": text, "target": "8", "final_answer": "8", "problem_id": i} for i in range(6)]
+    path.write_text("\n".join(json.dumps(r) for r in rows))
+    assert len(cot.load_traces(path)) == 6
+    out = tmp_path / "cot.json"
+    assert main(["replay", "cot", "--traces", str(path), "--json", str(out)]) == 0
+    assert json.loads(out.read_text())["baseline_accuracy"] == 1.0
+
+
+def test_prm_and_mcts_loaders(tmp_path):
+    from reasonserve.replay import search_runs
+
+    beams = tmp_path / "b.jsonl"
+    rows = [{"answer": str(i), "completions": [f"\\boxed{{{i}}}", f"\\boxed{{{i + 1}}}", "no answer"],
+             "scores": [[0.9, 0.8], [0.5, 0.2], []]} for i in range(6)]  # fmt: skip
+    beams.write_text("\n".join(json.dumps(r) for r in rows))
+    qs = search_runs.load_prm_beams(beams, aggregate="min")
+    assert qs[0].classes == (0, 1, -1) and qs[0].class_correct == (True, False)
+    assert qs[0].rewards[0] == pytest.approx(0.8) and qs[0].rewards[2] != qs[0].rewards[2]  # NaN
+    sheets = tmp_path / "rstar" / "answer_sheets"
+    sheets.mkdir(parents=True)
+    for q in range(5):
+        (sheets / f"Question {q:04d} - Answer.json").write_text(json.dumps({"gold_answer": "B"}))
+        rollouts = [{"rollout_id": 1, "trace": {"0": {"direct_answer": "{'text': 'The answer is B.', 'value': 0.5}"}}},
+                    {"rollout_id": 0, "trace": {"0": {"ost_step": "{}"}}}]  # fmt: skip
+        (sheets / f"Question {q:04d} - Rollout Solutions.json").write_text(json.dumps(rollouts))
+    qs = search_runs.load_mcts(tmp_path / "rstar")
+    assert qs[0].classes == (-1, 0) and qs[0].class_correct == (True,) and qs[0].rewards[1] == 0.5
+    assert main(["replay", "mcts", "--run", str(tmp_path / "rstar")]) == 0
+    assert main(["replay", "prm", "--beams", str(beams)]) == 0

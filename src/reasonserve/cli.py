@@ -7,6 +7,8 @@ import pathlib
 import sys
 from collections.abc import Sequence
 
+from reasonserve.core.errors import InvalidArgumentError
+
 __all__ = ["main"]
 
 
@@ -36,38 +38,72 @@ def _replay_parsers(sub) -> None:
     probes.add_argument("--runs", help="glob of run folders (default: DATA/probes/*)")
     sc = kinds.add_parser("sc", help="self-consistency samples")
     sc.add_argument("--samples", help="JSONL file (default: DATA/sc_samples/qwen25math_*.jsonl)")
-    for p in (probes, sc):
+    cot = kinds.add_parser("cot", help="text-only probing of reasoning traces")
+    cot.add_argument("--traces", help="JSONL(.gz) file (default: DATA/reasoning_traces/qwen3-8b_*)")
+    cot.add_argument("--interval", type=int, default=64, help="probe_interval_tokens (default 64)")
+    prm = kinds.add_parser("prm", help="PRM beam search: beams as samples, PRM step scores as reward")
+    prm.add_argument("--beams", help="JSONL file (default: DATA/prm_beams/*.jsonl)")
+    prm.add_argument("--aggregate", default="last", help="step-score aggregate: last|min|mean|product")
+    mcts = kinds.add_parser("mcts", help="rStar MCTS: rollouts as samples, node values as reward")
+    mcts.add_argument("--run", dest="mcts_run", help="run folder (default: DATA/mcts/rstar_*)")
+    for p in (probes, sc, cot, prm, mcts):
         p.add_argument("--data", default=None, help="data root (default: ../shared/data)")
         p.add_argument("--tolerance", type=float, default=None,
                        help="accuracy loss allowed when calibrating (probes 0.005, sc 0)")  # fmt: skip
         p.add_argument("--json", metavar="PATH", help="write the report as JSON")
         p.add_argument("--png", metavar="PATH", help="write the accuracy-vs-cost plot")
     cal = sub.add_parser("calibrate", help="choose certainindex settings by cross-validation")
-    cal.add_argument("kind", choices=["probes", "sc"])
+    cal.add_argument("kind", choices=["probes", "sc", "cot", "prm", "mcts"])
     cal.add_argument("--data", default=None)
     cal.add_argument("--runs", help="glob of probe run folders")
     cal.add_argument("--samples", help="sc samples file")
+    cal.add_argument("--traces", help="reasoning traces file (cot)")
+    cal.add_argument("--interval", type=int, default=64)
+    cal.add_argument("--beams", help="PRM beams file")
+    cal.add_argument("--aggregate", default="last")
+    cal.add_argument("--run", dest="mcts_run", help="MCTS run folder")
     cal.add_argument("--tolerance", type=float, default=None)
 
 
 def _replay(args, out) -> int:
     data = pathlib.Path(args.data or _default_data())
-    if args.kind == "probes":
-        from reasonserve.replay import probes
+    save = {"json_path": getattr(args, "json", None), "png_path": getattr(args, "png", None), "out": out}
+    if args.kind in ("probes", "cot"):
+        from reasonserve.replay import cot, probes
 
-        folders = probes.run_folders(getattr(args, "run", None), args.runs, data)
         tol = 0.005 if args.tolerance is None else args.tolerance
-        report = probes.replay_probes(folders, tolerance=tol)
-        probes.print_and_save(report, json_path=getattr(args, "json", None),
-                              png_path=getattr(args, "png", None), out=out)  # fmt: skip
+        if args.kind == "probes":
+            folders = probes.run_folders(getattr(args, "run", None), args.runs, data)
+            report = probes.replay_probes(folders, tolerance=tol)
+        else:
+            path = args.traces or str(data / "reasoning_traces" / "qwen3-8b_fulltext_dev_split.jsonl.gz")
+            trajs = cot.load_traces(path, interval_tokens=args.interval)
+            report = probes.replay_trajectories(trajs, runs=[path], tolerance=tol, title="replay cot")
+        probes.print_and_save(report, **save)
         return 0
-    from reasonserve.replay import sc
+    from reasonserve.replay import sc, search_runs
 
-    path = args.samples or str(data / "sc_samples" / "qwen25math_math_cot_100_8samples_rm.jsonl")
-    report = sc.replay_sc(path, tolerance=0.0 if args.tolerance is None else args.tolerance)
-    sc.print_and_save(report, json_path=getattr(args, "json", None), png_path=getattr(args, "png", None),
-                      out=out)  # fmt: skip
+    tol = 0.0 if args.tolerance is None else args.tolerance
+    if args.kind == "sc":
+        path = args.samples or str(data / "sc_samples" / "qwen25math_math_cot_100_8samples_rm.jsonl")
+        report = sc.replay_sc(path, tolerance=tol)
+    elif args.kind == "prm":
+        path = args.beams or _first(data / "prm_beams", "*.jsonl")
+        questions = search_runs.load_prm_beams(path, aggregate=args.aggregate)
+        report = sc.replay_questions(questions, source=path, tolerance=tol, unit="beams")
+    else:
+        path = args.mcts_run or _first(data / "mcts", "rstar_*")
+        questions = search_runs.load_mcts(path)
+        report = sc.replay_questions(questions, source=path, tolerance=tol, unit="rollouts")
+    sc.print_and_save(report, **save)
     return 0
+
+
+def _first(folder: pathlib.Path, pattern: str) -> str:
+    found = sorted(folder.glob(pattern))
+    if not found:
+        raise InvalidArgumentError(f"nothing matches {folder / pattern}")
+    return str(found[0])
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -17,6 +17,8 @@ import functools
 import re
 import unicodedata
 
+from reasonserve.core.errors import InvalidTypeError
+
 __all__ = [
     "MAX_ANSWER_CHARS",
     "MAX_TEXT_CHARS",
@@ -142,6 +144,8 @@ def normalize_answer(answer: str | None) -> str:
     """
     if answer is None:
         return ""
+    if not isinstance(answer, str):
+        raise InvalidTypeError(f"answer must be a str or None, got {type(answer).__name__}")
     if len(answer) > MAX_ANSWER_CHARS:
         return _normalize(answer)
     return _normalize_cached(answer)

@@ -10,10 +10,11 @@ from reasonserve.certainindex.calibration import Outcome
 
 
 def table(title: str, rows: Sequence[tuple[str, Outcome]], cost_unit: str) -> str:
-    header = f"{'rule':<34} {'accuracy':>9} {'d acc (pt)':>10} {'mean ' + cost_unit:>14} {'savings':>8}"
+    width = max([34, *(len(name) for name, _ in rows)])
+    header = f"{'rule':<{width}} {'accuracy':>9} {'d acc (pt)':>10} {'mean ' + cost_unit:>14} {'savings':>8}"
     lines = [title, header]
     for name, o in rows:
-        lines.append(f"{name:<34} {o.accuracy:>9.4f} {-100 * o.accuracy_loss:>+10.2f} "
+        lines.append(f"{name:<{width}} {o.accuracy:>9.4f} {-100 * o.accuracy_loss:>+10.2f} "
                      f"{o.cost / max(o.n, 1):>14.1f} {o.savings:>8.1%}")  # fmt: skip
     return "\n".join(lines)
 

@@ -60,9 +60,18 @@ def _folds(trajs: list[Trajectory]) -> list[list[Trajectory]]:
 
 
 def replay_probes(folders: Sequence[pathlib.Path], *, tolerance: float = 0.005) -> dict:
+    """Replay probe-run folders (see module docstring)."""
     trajs = [t for f in folders for t in load_run(f)]
+    return replay_trajectories(trajs, runs=[f.name for f in folders], tolerance=tolerance)
+
+
+def replay_trajectories(
+    trajs: Sequence[Trajectory], *, runs: Sequence[str], tolerance: float, title: str = "replay probes"
+) -> dict:
+    """Rules, sweep, oracle and the cross-validated calibrated rule on ``trajs``."""
+    trajs = list(trajs)
     if not trajs:
-        raise InvalidArgumentError("the runs hold no trajectories")
+        raise InvalidArgumentError("no trajectories to replay")
     rules: list = [WindowRule(w) for w in SWEEP]
     # Presets replay at the recorded probe interval (crazy's 32-token interval cannot).
     presets = [(f"preset {n} (window {w})", WindowRule(w)) for n, (w, _) in PRESETS.items()]
@@ -78,7 +87,8 @@ def replay_probes(folders: Sequence[pathlib.Path], *, tolerance: float = 0.005) 
     return {
         **calibrated.as_dict(),
         "tolerance": tolerance,
-        "runs": [f.name for f in folders],
+        "title": title,
+        "runs": list(runs),
         "trajectories": len(trajs),
         "chosen_per_fold": [c.name for c in cv.choices],
         "chosen": chosen.name,  # fitted on every trajectory given: the setting to deploy
@@ -93,7 +103,7 @@ def replay_probes(folders: Sequence[pathlib.Path], *, tolerance: float = 0.005) 
 def print_and_save(report: dict, *, json_path: str | None, png_path: str | None, out) -> None:
     rows = report.pop("_rows")
     sweep = report.pop("_sweep")
-    out.write(_report.table(f"replay probes: {report['trajectories']} trajectories from "
+    out.write(_report.table(f"{report['title']}: {report['trajectories']} trajectories from "
                             f"{len(report['runs'])} runs", rows, "tokens") + "\n")  # fmt: skip
     out.write(f"calibrated choice per held-out fold: {report['chosen_per_fold']}\n")
     out.write(f"setting chosen on all {report['trajectories']} trajectories: {report['chosen']}\n")
@@ -101,4 +111,4 @@ def print_and_save(report: dict, *, json_path: str | None, png_path: str | None,
         _report.write_json(json_path, report)
     if png_path:
         marks = [(n, o) for n, o in rows if n.startswith(("full", "oracle", "calibrated"))]
-        _report.plot(png_path, "replay probes: accuracy vs tokens", sweep, marks, "tokens")
+        _report.plot(png_path, f"{report['title']}: accuracy vs tokens", sweep, marks, "tokens")

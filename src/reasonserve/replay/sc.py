@@ -145,8 +145,11 @@ def evaluate(rule: SCRule, questions: Sequence[SCQuestion]) -> Outcome:
 def calibration_candidates(questions: Sequence[SCQuestion]) -> list[SCRule]:
     """Most conservative first; reward gates only where the file has rewards."""
     gates: list[float | None] = [None]
-    if any(not math.isnan(r) for q in questions for r in q.rewards):
-        gates += [4.5, 4.0, 3.5, 3.0, 2.5]
+    observed = sorted(r for q in questions for r in q.rewards if not math.isnan(r))
+    if observed:
+        # Reward scales differ by model (logits, probabilities): gate at quantiles.
+        gates += sorted({observed[int(f * (len(observed) - 1))] for f in (0.9, 0.75, 0.5, 0.35, 0.25)},
+                        reverse=True)  # fmt: skip
     rules = [SCRule()]
     for gate in gates:
         rules += [
@@ -159,31 +162,41 @@ def calibration_candidates(questions: Sequence[SCQuestion]) -> list[SCRule]:
 
 
 def replay_sc(path: str | pathlib.Path, *, tolerance: float = 0.0) -> dict:
-    questions = load_samples(path)
+    """Replay a ``sc_samples`` file (cost = samples)."""
+    return replay_questions(load_samples(path), source=str(path), tolerance=tolerance)
+
+
+def replay_questions(questions: Sequence[SCQuestion], *, source: str, tolerance: float = 0.0,
+                     unit: str = "samples") -> dict:  # fmt: skip
+    """Compare the named rules and the cross-validated calibrated rule on ``questions``."""
     if len(questions) < 5:
-        raise InvalidArgumentError(f"{path}: need at least 5 questions, got {len(questions)}")
-    folds = [questions[i::5] for i in range(5)]
-    cv = cross_validate(calibration_candidates(questions), evaluate, folds, tolerance)
-    chosen, _ = choose(calibration_candidates(questions), evaluate, questions, tolerance)
+        raise InvalidArgumentError(f"{source}: need at least 5 questions, got {len(questions)}")
+    folds = [list(questions[i::5]) for i in range(5)]
+    candidates = calibration_candidates(questions)
+    cv = cross_validate(candidates, evaluate, folds, tolerance)
+    chosen, _ = choose(candidates, evaluate, questions, tolerance)
     named = [("first sample", SCRule(max_samples=1)), ("majority of all (baseline)", SCRule()),
              ("stop when 2 agree", SCRule(agree=2)), ("stop when 3 agree", SCRule(agree=3)),
              ("entropy >= 0.6, n >= 3", SCRule(entropy=0.6, min_samples=3))]  # fmt: skip
-    if len(calibration_candidates(questions)) > 9:
-        named.append(("reward >= 3 at 1, else 2 agree", SCRule(agree=2, reward_gate=3.0)))
+    observed = sorted(r for q in questions for r in q.rewards if not math.isnan(r))
+    if observed:
+        median = observed[len(observed) // 2]
+        named.append((f"reward >= median ({median:.3g}) at 1, else 2 agree",
+                      SCRule(agree=2, reward_gate=median)))  # fmt: skip
     rows = [(n, evaluate(r, questions)) for n, r in named] + [("calibrated, out-of-sample", cv.pooled)]
-    return {**cv.pooled.as_dict(), "file": str(path), "questions": len(questions),
-            "tolerance": tolerance,
-            "chosen_per_fold": [c.name for c in cv.choices], "chosen": chosen.name,
+    return {**cv.pooled.as_dict(), "file": source, "questions": len(questions), "unit": unit,
+            "tolerance": tolerance, "chosen_per_fold": [c.name for c in cv.choices], "chosen": chosen.name,
             "rules": {n: o.as_dict() for n, o in rows}, "_rows": rows}  # fmt: skip
 
 
 def print_and_save(report: dict, *, json_path: str | None, png_path: str | None, out) -> None:
     rows = report.pop("_rows")
-    out.write(_report.table(f"replay sc: {report['questions']} questions from {report['file']}",
-                            rows, "samples") + "\n")  # fmt: skip
+    unit = report.get("unit", "samples")
+    out.write(_report.table(f"replay: {report['questions']} questions from {report['file']}",
+                            rows, unit) + "\n")  # fmt: skip
     out.write(f"calibrated choice per held-out fold: {report['chosen_per_fold']}\n")
     out.write(f"setting chosen on all {report['questions']} questions: {report['chosen']}\n")
     if json_path:
         _report.write_json(json_path, report)
     if png_path:
-        _report.plot(png_path, "replay sc: accuracy vs samples", [], rows, "samples")
+        _report.plot(png_path, f"replay: accuracy vs {unit}", [], rows, unit)
