@@ -19,11 +19,11 @@ $(VENV)/.base: $(VENV)/.torch pyproject.toml
 	touch $@
 
 $(VENV)/.dev: $(VENV)/.torch pyproject.toml
-	$(PIP) -e ".[dev,triton]"
+	$(PIP) -e ".[dev,triton,embed]"
 	touch $@
 
 $(VENV)/.docs: $(VENV)/.dev
-	$(PIP) -e ".[dev,triton,docs]"
+	$(PIP) -e ".[dev,triton,embed,docs]"
 	touch $@
 
 demo: $(VENV)/.base

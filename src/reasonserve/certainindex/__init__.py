@@ -4,6 +4,14 @@ Estimators are pure: observations in, a certainty in [0, 1] out, with a batched
 tensor form for many programs and an incremental form updated per observation.
 """
 
+from reasonserve.certainindex.allocation import (
+    EvenPolicy,
+    LengthPolicy,
+    ParetoCapPolicy,
+    ParetoCurve,
+    ProgramStatus,
+    ThresholdPolicy,
+)
 from reasonserve.certainindex.answers import (
     extract_answer,
     extract_boxed,
@@ -11,6 +19,12 @@ from reasonserve.certainindex.answers import (
     normalize_answer,
 )
 from reasonserve.certainindex.baselines import length_certainty, logprob_certainty
+from reasonserve.certainindex.clustering import (
+    EmbeddingClusterer,
+    cluster_texts,
+    embedding_model_available,
+    jaccard_clusters,
+)
 from reasonserve.certainindex.combined import Combined, CombinedResult
 from reasonserve.certainindex.equivalence import (
     AnswerClasses,
@@ -35,19 +49,29 @@ __all__ = [
     "AnswerClasses",
     "Combined",
     "CombinedResult",
+    "EmbeddingClusterer",
+    "EvenPolicy",
+    "LengthPolicy",
+    "ParetoCapPolicy",
+    "ParetoCurve",
     "ProbeConsistency",
     "ProbeTracker",
+    "ProgramStatus",
     "RewardCertainty",
     "SemanticEntropy",
     "TVStability",
+    "ThresholdPolicy",
     "Verdict",
+    "cluster_texts",
     "compare_answers",
+    "embedding_model_available",
     "entropy_certainty",
     "equivalent",
     "extract_answer",
     "extract_boxed",
     "extract_probe_answer",
     "group_answers",
+    "jaccard_clusters",
     "length_certainty",
     "logprob_certainty",
     "normalize_answer",
