@@ -48,6 +48,12 @@ def _is_check(knob: int, detect_at: int, every: int) -> bool:
     return knob >= detect_at and (knob - detect_at) % every == 0
 
 
+def _check_schedule(detect_at: int, recheck_every: int, max_knob: int) -> None:
+    check_window("detect_at", detect_at)
+    check_window("recheck_every", recheck_every)
+    check_window("max_knob", max_knob)
+
+
 def _certainty(status: ProgramStatus) -> float:
     """NaN certainty reads as 0: an unknown answer is not a settled one."""
     return 0.0 if math.isnan(status.certainty) else status.certainty
@@ -62,9 +68,7 @@ class ThresholdPolicy:
 
     def __post_init__(self) -> None:
         check_threshold("threshold", self.threshold)
-        check_window("detect_at", self.detect_at)
-        check_window("recheck_every", self.recheck_every)
-        check_window("max_knob", self.max_knob)
+        _check_schedule(self.detect_at, self.recheck_every, self.max_knob)
 
     def grant(self, status: ProgramStatus) -> bool:
         if status.knob >= self.max_knob:
@@ -128,9 +132,7 @@ class ParetoCapPolicy:
     max_knob: int = 2**31 - 1
 
     def __post_init__(self) -> None:
-        check_window("detect_at", self.detect_at)
-        check_window("recheck_every", self.recheck_every)
-        check_window("max_knob", self.max_knob)
+        _check_schedule(self.detect_at, self.recheck_every, self.max_knob)
 
     def grant(self, status: ProgramStatus) -> bool:
         if status.knob >= self.max_knob:
