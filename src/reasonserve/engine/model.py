@@ -1,0 +1,152 @@
+"""A Llama / Qwen2-family decoder computed through ``reasonserve.ops``.
+
+Because every op it uses is batch-invariant (and the torch attention reference is even
+invariant to how many queries are computed together), a token's logits do not depend
+on which other sequences or tokens share the forward pass. RoPE tables are built once
+for all positions at load time and indexed, so no transcendental is evaluated on a
+batch-dependent tensor.
+
+Shapes: ``H`` hidden size, ``Hq``/``Hkv`` query/KV heads, ``D`` head dim, ``V`` vocab.
+"""
+
+from __future__ import annotations
+
+import pathlib
+from dataclasses import dataclass
+
+import torch
+
+from reasonserve import ops
+from reasonserve.core.errors import InvalidArgumentError
+from reasonserve.engine.checkpoint import load_weights
+from reasonserve.engine.config import ModelConfig
+
+__all__ = ["DecoderModel", "SequenceBatch"]
+
+
+@dataclass(frozen=True)
+class SequenceBatch:
+    """One forward pass over several sequences, each extending its own cached prefix.
+
+    ``new_tokens[i]``: token ids to run for sequence ``i`` (prefill chunk or one decode
+    token); ``start[i]``: position of the first of them (= tokens already cached).
+    ``cache[i]``: ``(k, v)`` of the already-cached prefix, each
+    ``[layers, Hkv, start[i], D]`` (empty when ``start[i] == 0``).
+    """
+
+    new_tokens: list[torch.Tensor]
+    start: list[int]
+    cache: list[tuple[torch.Tensor, torch.Tensor] | None]
+
+
+class DecoderModel:
+    """Weights plus a functional forward; the KV layout is the caller's (see engine)."""
+
+    def __init__(
+        self, cfg: ModelConfig, weights: dict[str, torch.Tensor], *, dtype=torch.float32, device="cpu"
+    ):
+        self.cfg = cfg
+        self.dtype, self.device = dtype, torch.device(device)
+        w = {k: v.to(device=self.device, dtype=dtype) for k, v in weights.items()}
+        # K-major projection weights: batch-invariant linear runs near stock speed on them.
+        self.w = {k: ops.k_major(v) if v.dim() == 2 and "embed" not in k else v for k, v in w.items()}
+        self.embed = w["model.embed_tokens.weight"]
+        self.lm_head = self.w["model.embed_tokens.weight" if cfg.tie_word_embeddings else "lm_head.weight"]
+        if cfg.tie_word_embeddings:
+            self.lm_head = ops.k_major(self.embed)
+        self.cos, self.sin = self._rope_tables()
+
+    @classmethod
+    def from_pretrained(cls, path: str | pathlib.Path, **kwargs) -> DecoderModel:
+        cfg = ModelConfig.from_pretrained(path)
+        return cls(cfg, load_weights(path, cfg), **kwargs)
+
+    def _rope_tables(self) -> tuple[torch.Tensor, torch.Tensor]:
+        d = self.cfg.head_dim
+        inv_freq = 1.0 / (self.cfg.rope_theta ** (torch.arange(0, d, 2, dtype=torch.float64) / d))
+        angles = torch.arange(self.cfg.max_position_embeddings, dtype=torch.float64)[:, None] * inv_freq
+        angles = torch.cat([angles, angles], dim=-1)
+        return angles.cos().to(self.device, self.dtype), angles.sin().to(self.device, self.dtype)
+
+    def _rope(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        """``x [heads, S, D]`` rotated by the positions' angles (HF ``rotate_half`` convention)."""
+        cos, sin = self.cos[positions], self.sin[positions]
+        half = x.shape[-1] // 2
+        rotated = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
+        return x * cos + rotated * sin
+
+    def _linear(self, x: torch.Tensor, name: str) -> torch.Tensor:
+        return ops.linear(x, self.w[name + ".weight"], self.w.get(name + ".bias"))
+
+    def forward(
+        self, batch: SequenceBatch
+    ) -> tuple[list[torch.Tensor], list[tuple[torch.Tensor, torch.Tensor]]]:
+        """Logits ``[n_i, V]`` for each sequence's new tokens, and each sequence's new
+        ``(k, v)`` (``[layers, Hkv, n_i, D]``) for the caller to append to its cache.
+
+        Row-wise work (norms, projections, MLP) runs on all sequences' tokens at once;
+        attention runs per sequence over its own keys.
+        """
+        self._check(batch)
+        sizes = [t.numel() for t in batch.new_tokens]
+        h = self.embed[torch.cat(batch.new_tokens).to(self.device)]  # [N, H]
+        positions = torch.cat([torch.arange(s, s + n) for s, n in zip(batch.start, sizes, strict=True)])
+        new_kv: list[list[tuple[torch.Tensor, torch.Tensor]]] = [[] for _ in sizes]
+        for layer in range(self.cfg.num_hidden_layers):
+            h = self._attention_block(h, positions.to(self.device), sizes, batch, layer, new_kv)
+            h = self._mlp_block(h, f"model.layers.{layer}.")
+        normed = ops.rms_norm(h, self.w["model.norm.weight"], self.cfg.rms_norm_eps)
+        logits = ops.linear(normed, self.lm_head)
+        stacked = [(torch.stack([k for k, _ in kv]), torch.stack([v for _, v in kv])) for kv in new_kv]
+        return list(logits.split(sizes)), stacked
+
+    def _attention_block(self, h, positions, sizes, batch: SequenceBatch, layer: int, new_kv) -> torch.Tensor:
+        cfg, p = self.cfg, f"model.layers.{layer}."
+        x = ops.rms_norm(h, self.w[p + "input_layernorm.weight"], cfg.rms_norm_eps)
+        n = x.shape[0]
+        q = (
+            self._linear(x, p + "self_attn.q_proj")
+            .view(n, cfg.num_attention_heads, cfg.head_dim)
+            .transpose(0, 1)
+        )
+        k = (
+            self._linear(x, p + "self_attn.k_proj")
+            .view(n, cfg.num_key_value_heads, cfg.head_dim)
+            .transpose(0, 1)
+        )
+        v = (
+            self._linear(x, p + "self_attn.v_proj")
+            .view(n, cfg.num_key_value_heads, cfg.head_dim)
+            .transpose(0, 1)
+        )
+        q, k = self._rope(q, positions), self._rope(k, positions)
+        outs = []
+        for i, (qs, ks, vs) in enumerate(
+            zip(q.split(sizes, 1), k.split(sizes, 1), v.split(sizes, 1), strict=True)
+        ):
+            new_kv[i].append((ks, vs))
+            cached = batch.cache[i]
+            if cached is not None and batch.start[i]:
+                ks = torch.cat([cached[0][layer], ks], dim=1)
+                vs = torch.cat([cached[1][layer], vs], dim=1)
+            outs.append(ops.attention(qs[None], ks[None], vs[None], causal=True)[0])  # [Hq, n_i, D]
+        attn = torch.cat(outs, dim=1).transpose(0, 1).reshape(n, -1)
+        return h + self._linear(attn, p + "self_attn.o_proj")
+
+    def _mlp_block(self, h: torch.Tensor, p: str) -> torch.Tensor:
+        x = ops.rms_norm(h, self.w[p + "post_attention_layernorm.weight"], self.cfg.rms_norm_eps)
+        gate, up = self._linear(x, p + "mlp.gate_proj"), self._linear(x, p + "mlp.up_proj")
+        return h + self._linear(ops.silu(gate) * up, p + "mlp.down_proj")
+
+    def _check(self, batch: SequenceBatch) -> None:
+        if not (len(batch.new_tokens) == len(batch.start) == len(batch.cache)):
+            raise InvalidArgumentError("new_tokens, start and cache must have one entry per sequence")
+        for tokens, start in zip(batch.new_tokens, batch.start, strict=True):
+            if tokens.dim() != 1 or tokens.numel() == 0:
+                raise InvalidArgumentError("each sequence needs a non-empty 1-D tensor of new tokens")
+            if int(tokens.min()) < 0 or int(tokens.max()) >= self.cfg.vocab_size:
+                raise InvalidArgumentError(f"token ids must lie in [0, {self.cfg.vocab_size})")
+            if start + tokens.numel() > self.cfg.max_position_embeddings:
+                raise InvalidArgumentError(
+                    f"sequence longer than max_position_embeddings={self.cfg.max_position_embeddings}"
+                )
