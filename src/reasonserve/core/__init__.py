@@ -6,10 +6,12 @@ from reasonserve.core.errors import (
     InvalidTypeError,
     ReasonserveError,
 )
+from reasonserve.core.phase import Phase
 
 __all__ = [
     "ImplementationUnavailableError",
     "InvalidArgumentError",
     "InvalidTypeError",
+    "Phase",
     "ReasonserveError",
 ]

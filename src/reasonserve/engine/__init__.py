@@ -1,7 +1,25 @@
-"""The embedded reference engine (in progress: model, checkpoints; see issue #4)."""
+"""The embedded reference engine: model, checkpoints, paged KV cache, continuous batching.
+
+Still to come (issue #4): decode-verify-rollback, probing forks, swap preemption, the
+demo and the HTTP server.
+"""
 
 from reasonserve.engine.checkpoint import load_weights, make_tiny_checkpoint
 from reasonserve.engine.config import ModelConfig
+from reasonserve.engine.engine import Engine
+from reasonserve.engine.engine_config import EngineConfig
 from reasonserve.engine.model import DecoderModel, SequenceBatch
+from reasonserve.engine.outputs import RequestOutput
+from reasonserve.engine.sampling_params import SamplingParams
 
-__all__ = ["DecoderModel", "ModelConfig", "SequenceBatch", "load_weights", "make_tiny_checkpoint"]
+__all__ = [
+    "DecoderModel",
+    "Engine",
+    "EngineConfig",
+    "ModelConfig",
+    "RequestOutput",
+    "SamplingParams",
+    "SequenceBatch",
+    "load_weights",
+    "make_tiny_checkpoint",
+]

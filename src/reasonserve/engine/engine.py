@@ -1,0 +1,276 @@
+"""The embedded engine: continuous batching over a paged KV cache.
+
+``step()`` is the whole loop: ask the policy (admission, preemption), pick this step's
+tokens (one per decoding request, prefill chunks within the token budget), run the
+model once, store the new KV, sample where a request's prompt is fully computed, and
+retire finished requests. Everything the model computes goes through
+``reasonserve.ops``, so a request's tokens do not depend on the batch it lands in.
+"""
+
+from __future__ import annotations
+
+import itertools
+import pathlib
+import random
+import time
+from collections.abc import Callable, Sequence
+
+import torch
+
+from reasonserve import ops
+from reasonserve.core.errors import InvalidArgumentError
+from reasonserve.core.phase import Phase
+from reasonserve.engine.block_manager import BlockManager, OutOfBlocks
+from reasonserve.engine.engine_config import EngineConfig
+from reasonserve.engine.kv_cache import PagedKVCache
+from reasonserve.engine.model import DecoderModel, SequenceBatch
+from reasonserve.engine.outputs import RequestOutput
+from reasonserve.engine.sampling_params import SamplingParams
+from reasonserve.engine.sequence import RequestMetrics
+from reasonserve.engine.sequence import Sequence as Seq
+from reasonserve.policies import REGISTRY, Admit, Preempt, RequestView, SchedulerView
+
+__all__ = ["Engine"]
+
+
+class Engine:
+    def __init__(self, model: DecoderModel, config: EngineConfig | None = None, *,
+                 clock: Callable[[], float] = time.monotonic) -> None:  # fmt: skip
+        self.model, self.config, self.clock = model, config or EngineConfig(), clock
+        if self.config.policy not in REGISTRY:
+            raise InvalidArgumentError(
+                f"policy must be one of {sorted(REGISTRY)}, got {self.config.policy!r}"
+            )
+        self.policy = REGISTRY[self.config.policy]()
+        self.max_model_len = self.config.max_model_len or model.cfg.max_position_embeddings
+        self.blocks = BlockManager(self.config.num_blocks, self.config.block_size)
+        self.cache = PagedKVCache(model.cfg, self.config.num_blocks, self.config.block_size,
+                                  dtype=model.dtype, device=model.device)  # fmt: skip
+        self.waiting: list[Seq] = []
+        self.running: list[Seq] = []
+        self.finished: dict[str, Seq] = {}
+        self._ids = itertools.count()
+        self._seeds = random.Random(self.config.seed)
+
+    @classmethod
+    def from_pretrained(
+        cls, path: str | pathlib.Path, config: EngineConfig | None = None, **kwargs
+    ) -> Engine:
+        return cls(DecoderModel.from_pretrained(path), config, **kwargs)
+
+    # requests -------------------------------------------------------------------
+    def add_request(self, prompt: Sequence[int], params: SamplingParams | None = None,
+                    request_id: str | None = None) -> str:  # fmt: skip
+        params = params or SamplingParams()
+        tokens = self._check_prompt(prompt, params)
+        rid = request_id if request_id is not None else f"req-{next(self._ids)}"
+        if rid in self._live_ids() or rid in self.finished:
+            raise InvalidArgumentError(f"request id {rid!r} is already in use")
+        seed = params.seed if params.seed is not None else self._seeds.getrandbits(63)
+        self.waiting.append(Seq(rid, tokens, params, seed, RequestMetrics(self.clock())))
+        return rid
+
+    def _check_prompt(self, prompt: Sequence[int], params: SamplingParams) -> list[int]:
+        if not isinstance(params, SamplingParams):
+            raise InvalidArgumentError("params must be a SamplingParams")
+        tokens = list(prompt) if not isinstance(prompt, (str, bytes)) else None
+        if not tokens:
+            raise InvalidArgumentError("prompt must be a non-empty list of token ids")
+        vocab = self.model.cfg.vocab_size
+        if any(not isinstance(t, int) or isinstance(t, bool) or not 0 <= t < vocab for t in tokens):
+            raise InvalidArgumentError(f"prompt token ids must be ints in [0, {vocab})")
+        if len(tokens) >= self.max_model_len:
+            raise InvalidArgumentError(f"prompt of {len(tokens)} tokens leaves no room in max_model_len="
+                                       f"{self.max_model_len}")  # fmt: skip
+        if self.blocks.blocks_for(len(tokens) + 1) > self.config.num_blocks:
+            raise InvalidArgumentError("prompt does not fit in the KV cache even alone")
+        return tokens
+
+    def abort(self, request_id: str) -> RequestOutput:
+        seq = self._find(request_id)
+        self._retire(seq, "abort")
+        return self._output(seq)
+
+    def _find(self, request_id: str) -> Seq:
+        for seq in itertools.chain(self.waiting, self.running):
+            if seq.request_id == request_id:
+                return seq
+        raise InvalidArgumentError(f"unknown or finished request id {request_id!r}")
+
+    def _live_ids(self) -> set[str]:
+        return {s.request_id for s in itertools.chain(self.waiting, self.running)}
+
+    def has_unfinished(self) -> bool:
+        return bool(self.waiting or self.running)
+
+    # the loop --------------------------------------------------------------------
+    def step(self) -> list[RequestOutput]:
+        """One scheduling + forward step; returns the requests that finished in it."""
+        self._apply(self.policy.decide(self._view()))
+        batch = self._schedule()
+        if not batch:
+            return []
+        logits = self._run(batch)
+        return self._sample_and_retire(batch, logits)
+
+    def _view(self) -> SchedulerView:
+        def view(s: Seq) -> RequestView:
+            return RequestView(s.request_id, s.metrics.arrival_s, s.phase, len(s.prompt), s.num_computed,
+                               len(s.output), s.params.priority)  # fmt: skip
+
+        return SchedulerView(
+            self.clock(),
+            tuple(map(view, self.waiting)),
+            tuple(map(view, self.running)),
+            self.blocks.num_free,
+            self.config.block_size,
+            self.config.max_num_seqs,
+        )
+
+    def _apply(self, decisions) -> None:
+        for d in decisions:
+            if isinstance(d, Preempt):
+                self._preempt(self._running(d.request_id))
+        for d in decisions:
+            if isinstance(d, Admit) and len(self.running) < self.config.max_num_seqs:
+                seq = next((s for s in self.waiting if s.request_id == d.request_id), None)
+                if seq is not None and not self._admit(seq):
+                    break  # no blocks: keep the policy's order, try again next step
+
+    def _running(self, request_id: str) -> Seq:
+        for seq in self.running:
+            if seq.request_id == request_id:
+                return seq
+        raise InvalidArgumentError(f"policy preempted {request_id!r}, which is not running")
+
+    def _admit(self, seq: Seq) -> bool:
+        try:
+            seq.block_table, seq.num_computed = self.blocks.allocate_prompt(seq.tokens)
+        except OutOfBlocks:
+            return False
+        seq.metrics.num_cached_tokens += seq.num_computed
+        self.waiting.remove(seq)
+        self.running.append(seq)
+        return True
+
+    def _preempt(self, seq: Seq) -> None:
+        """Recompute preemption: drop the KV, go back to the front of the queue."""
+        self.blocks.free(seq.block_table)
+        seq.block_table, seq.num_computed = [], 0
+        seq.metrics.num_preemptions += 1
+        self.running.remove(seq)
+        self.waiting.insert(0, seq)
+
+    def _schedule(self) -> list[tuple[Seq, int]]:
+        """(sequence, tokens to run) for this step: decodes first, then prefill chunks."""
+        budget = self.config.max_num_batched_tokens
+        plan: list[tuple[Seq, int]] = []
+        for seq in sorted(self.running, key=lambda s: len(s.pending) > 1):
+            n = min(len(seq.pending), budget)
+            if n == 0:
+                continue
+            while True:
+                try:
+                    for src, dst in self.blocks.ensure_capacity(seq.block_table, seq.num_computed + n):
+                        self.cache.copy_block(src, dst)
+                    break
+                except OutOfBlocks:
+                    victim = self.running[-1]
+                    self._preempt(victim)
+                    if victim is seq:
+                        break
+            if seq in self.running:
+                plan.append((seq, n))
+                budget -= n
+        return [(s, n) for s, n in plan if s in self.running]
+
+    def _run(self, plan: list[tuple[Seq, int]]) -> list[torch.Tensor]:
+        batch = SequenceBatch(
+            [torch.tensor(s.pending[:n]) for s, n in plan],
+            [s.num_computed for s, _ in plan],
+            [self.cache.gather(s.block_table, s.num_computed) for s, _ in plan],
+        )
+        logits, new_kv = self.model.forward(batch)
+        for (seq, n), (k, v) in zip(plan, new_kv, strict=True):
+            self.cache.write(seq.block_table, seq.num_computed, k, v)
+            seq.num_computed += n
+            self.blocks.register_full_blocks(seq.block_table, seq.tokens, seq.num_computed)
+        return logits
+
+    def _sample_and_retire(self, plan, logits) -> list[RequestOutput]:
+        ready = [(s, lg[-1]) for (s, _), lg in zip(plan, logits, strict=True) if not s.pending]
+        if not ready:
+            return []
+        p = [s.params for s, _ in ready]
+        tokens = ops.sample(torch.stack([row for _, row in ready]), seeds=[s.seed for s, _ in ready],
+                            positions=[len(s.tokens) for s, _ in ready],
+                            temperature=[x.temperature for x in p], top_k=[x.top_k for x in p],
+                            top_p=[x.top_p for x in p], min_p=[x.min_p for x in p])  # fmt: skip
+        done = []
+        for (seq, _), token in zip(ready, tokens.tolist(), strict=True):
+            self._append(seq, token)
+            reason = self._finish_reason(seq, token)
+            if reason:
+                self._retire(seq, reason)
+                done.append(self._output(seq))
+        return done
+
+    def _append(self, seq: Seq, token: int) -> None:
+        now = self.clock()
+        if seq.metrics.first_token_s is None:
+            seq.metrics.first_token_s = now
+            thinking = self.config.end_of_thinking_token_id is not None
+            seq.phase = Phase.REASONING if thinking else Phase.ANSWERING
+            if not thinking:
+                seq.metrics.first_answer_token_s = now
+        elif seq.phase is Phase.ANSWERING and seq.metrics.first_answer_token_s is None:
+            seq.metrics.first_answer_token_s = now
+        seq.output.append(token)
+        if token == self.config.end_of_thinking_token_id and seq.phase is Phase.REASONING:
+            seq.phase = Phase.ANSWERING
+
+    def _finish_reason(self, seq: Seq, token: int) -> str | None:
+        stop = (
+            token == self.config.eos_token_id and not seq.params.ignore_eos
+        ) or token in seq.params.stop_token_ids
+        if stop:
+            return "stop"
+        if len(seq.output) >= seq.params.max_tokens or len(seq.tokens) >= self.max_model_len:
+            return "length"
+        return None
+
+    def _retire(self, seq: Seq, reason: str) -> None:
+        if seq in self.running:
+            self.blocks.free(seq.block_table)
+            self.running.remove(seq)
+        elif seq in self.waiting:
+            self.waiting.remove(seq)
+        seq.block_table = []
+        seq.finish_reason, seq.phase = reason, Phase.FINISHED
+        seq.metrics.finished_s = self.clock()
+        self.finished[seq.request_id] = seq
+
+    def _output(self, seq: Seq) -> RequestOutput:
+        return RequestOutput(seq.request_id, list(seq.prompt), list(seq.output), seq.finish_reason,
+                             seq.phase, seq.metrics)  # fmt: skip
+
+    # convenience -------------------------------------------------------------------
+    def generate(
+        self,
+        prompts: Sequence[Sequence[int]],
+        params: SamplingParams | Sequence[SamplingParams] | None = None,
+    ) -> list[RequestOutput]:
+        """Run prompts to completion; outputs in prompt order."""
+        per: list[SamplingParams | None] = (
+            list(params) if isinstance(params, (list, tuple)) else [params] * len(prompts)  # type: ignore[list-item]
+        )
+        if len(per) != len(prompts):
+            raise InvalidArgumentError(f"got {len(per)} SamplingParams for {len(prompts)} prompts")
+        ids = [self.add_request(p, sp) for p, sp in zip(prompts, per, strict=True)]
+        while any(i not in self.finished for i in ids):
+            self.step()
+        return [self._output(self.finished[i]) for i in ids]
+
+    def check_blocks(self) -> None:
+        """Block accounting: every block is either free or held by a live request."""
+        self.blocks.check([s.block_table for s in self.running])

@@ -1,0 +1,37 @@
+"""Engine configuration, validated at construction."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from reasonserve.core.errors import InvalidArgumentError
+
+__all__ = ["EngineConfig"]
+
+
+@dataclass(frozen=True, slots=True)
+class EngineConfig:
+    """Sizes of the paged KV cache and of a step, and the token ids the engine watches.
+
+    ``max_num_batched_tokens`` bounds the tokens of one forward pass: decodes take one
+    each, prompts are prefilled in chunks that fit (chunked prefill).
+    ``end_of_thinking_token_id`` moves a request from REASONING to ANSWERING.
+    """
+
+    block_size: int = 16
+    num_blocks: int = 512
+    max_num_seqs: int = 32
+    max_num_batched_tokens: int = 512
+    max_model_len: int | None = None  # default: the model's max_position_embeddings
+    eos_token_id: int | None = None
+    end_of_thinking_token_id: int | None = None
+    policy: str = "fcfs"
+    seed: int = 0  # seeds for requests that bring none
+
+    def __post_init__(self) -> None:
+        for name in ("block_size", "num_blocks", "max_num_seqs", "max_num_batched_tokens"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise InvalidArgumentError(f"{name} must be an int >= 1, got {value!r}")
+        if self.max_model_len is not None and self.max_model_len < 2:
+            raise InvalidArgumentError(f"max_model_len must be >= 2, got {self.max_model_len}")
