@@ -95,9 +95,11 @@ class BlockManager:
         Returns ``(src, dst)`` block copies the caller must perform before writing.
         """
         copies = []
-        first_new_token = num_tokens - 1
-        last = first_new_token // self.block_size
-        if last < len(table) and self._ref[table[last]] > 1:
+        last = (num_tokens - 1) // self.block_size
+        shared = last < len(table) and self._ref[table[last]] > 1
+        if int(shared) + max(0, self.blocks_for(num_tokens) - len(table)) > self.num_free:
+            raise OutOfBlocks  # checked first: a failed call changes nothing
+        if shared:
             dst = self._take()
             copies.append((table[last], dst))
             self._ref[table[last]] -= 1

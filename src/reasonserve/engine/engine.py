@@ -20,8 +20,10 @@ import torch
 from reasonserve import ops
 from reasonserve.core.errors import InvalidArgumentError
 from reasonserve.core.phase import Phase
+from reasonserve.dvr.controller import accept, plan_groups, verify_inputs
 from reasonserve.engine.block_manager import BlockManager, OutOfBlocks
 from reasonserve.engine.engine_config import EngineConfig
+from reasonserve.engine.kernels import INVARIANT, STOCK, Kernels
 from reasonserve.engine.kv_cache import PagedKVCache
 from reasonserve.engine.model import DecoderModel, SequenceBatch
 from reasonserve.engine.outputs import RequestOutput
@@ -35,8 +37,14 @@ __all__ = ["Engine"]
 
 class Engine:
     def __init__(self, model: DecoderModel, config: EngineConfig | None = None, *,
-                 clock: Callable[[], float] = time.monotonic) -> None:  # fmt: skip
+                 clock: Callable[[], float] = time.monotonic,
+                 fast_path_fault: Callable[[str, int, int], int] | None = None) -> None:  # fmt: skip
+        """``fast_path_fault(request_id, position, token) -> token`` may replace tokens
+        sampled on the stock-kernel decode path: a fault-injection seam for testing
+        decode-verify-rollback (None in production)."""
         self.model, self.config, self.clock = model, config or EngineConfig(), clock
+        self.fast_path_fault = fast_path_fault
+        self.stats = {"verify_passes": 0, "verify_tokens": 0, "rollbacks": 0, "tokens_rolled_back": 0}
         if self.config.policy not in REGISTRY:
             raise InvalidArgumentError(
                 f"policy must be one of {sorted(REGISTRY)}, got {self.config.policy!r}"
@@ -107,11 +115,13 @@ class Engine:
     def step(self) -> list[RequestOutput]:
         """One scheduling + forward step; returns the requests that finished in it."""
         self._apply(self.policy.decide(self._view()))
-        batch = self._schedule()
-        if not batch:
+        plan = self._schedule()
+        if not plan:
             return []
-        logits = self._run(batch)
-        return self._sample_and_retire(batch, logits)
+        done = []
+        for kernels, part in self._split(plan):
+            done += self._sample_and_retire(part, self._run(part, kernels), kernels)
+        return done + self._verify()
 
     def _view(self) -> SchedulerView:
         def view(s: Seq) -> RequestView:
@@ -167,7 +177,7 @@ class Engine:
         plan: list[tuple[Seq, int]] = []
         for seq in sorted(self.running, key=lambda s: len(s.pending) > 1):
             n = min(len(seq.pending), budget)
-            if n == 0:
+            if n == 0 or seq not in self.running:  # preempted earlier in this loop
                 continue
             while True:
                 try:
@@ -184,36 +194,121 @@ class Engine:
                 budget -= n
         return [(s, n) for s, n in plan if s in self.running]
 
-    def _run(self, plan: list[tuple[Seq, int]]) -> list[torch.Tensor]:
+    def _split(self, plan: list[tuple[Seq, int]]) -> list[tuple[Kernels, list[tuple[Seq, int]]]]:
+        """Prefill chunks run on the invariant kernels; decode steps on stock kernels in DVR mode."""
+        fast = STOCK if self.config.mode == "dvr" else INVARIANT
+        prefill = [(s, n) for s, n in plan if s.num_computed < len(s.prompt) or n > 1]
+        decode = [(s, n) for s, n in plan if not (s.num_computed < len(s.prompt) or n > 1)]
+        return [(k, part) for k, part in ((INVARIANT, prefill), (fast, decode)) if part]
+
+    def _run(self, plan: list[tuple[Seq, int]], kernels: Kernels = INVARIANT) -> list[torch.Tensor]:
         batch = SequenceBatch(
             [torch.tensor(s.pending[:n]) for s, n in plan],
             [s.num_computed for s, _ in plan],
             [self.cache.gather(s.block_table, s.num_computed) for s, _ in plan],
         )
-        logits, new_kv = self.model.forward(batch)
+        logits, new_kv = self.model.forward(batch, kernels=kernels)
         for (seq, n), (k, v) in zip(plan, new_kv, strict=True):
             self.cache.write(seq.block_table, seq.num_computed, k, v)
             seq.num_computed += n
-            self.blocks.register_full_blocks(seq.block_table, seq.tokens, seq.num_computed)
+            # Only prompt blocks enter the prefix cache: they are always computed by the
+            # invariant kernels, and never rolled back.
+            self.blocks.register_full_blocks(
+                seq.block_table, seq.prompt, min(seq.num_computed, len(seq.prompt))
+            )
         return logits
 
-    def _sample_and_retire(self, plan, logits) -> list[RequestOutput]:
+    def _sample(self, seqs: list[Seq], rows: list[torch.Tensor], positions: list[int]) -> list[int]:
+        p = [s.params for s in seqs]
+        tokens = ops.sample(torch.stack(rows), seeds=[s.seed for s in seqs], positions=positions,
+                            temperature=[x.temperature for x in p], top_k=[x.top_k for x in p],
+                            top_p=[x.top_p for x in p], min_p=[x.min_p for x in p])  # fmt: skip
+        return tokens.tolist()
+
+    def _sample_and_retire(self, plan, logits, kernels: Kernels) -> list[RequestOutput]:
         ready = [(s, lg[-1]) for (s, _), lg in zip(plan, logits, strict=True) if not s.pending]
         if not ready:
             return []
-        p = [s.params for s, _ in ready]
-        tokens = ops.sample(torch.stack([row for _, row in ready]), seeds=[s.seed for s, _ in ready],
-                            positions=[len(s.tokens) for s, _ in ready],
-                            temperature=[x.temperature for x in p], top_k=[x.top_k for x in p],
-                            top_p=[x.top_p for x in p], min_p=[x.min_p for x in p])  # fmt: skip
+        seqs = [s for s, _ in ready]
+        tokens = self._sample(seqs, [row for _, row in ready], [len(s.tokens) for s in seqs])
         done = []
-        for (seq, _), token in zip(ready, tokens.tolist(), strict=True):
+        for seq, token in zip(seqs, tokens, strict=True):
+            trusted = kernels is INVARIANT
+            if not trusted and self.fast_path_fault is not None:
+                token = self.fast_path_fault(seq.request_id, len(seq.tokens), token)
             self._append(seq, token)
-            reason = self._finish_reason(seq, token)
-            if reason:
+            if trusted and seq.dvr.verified == len(seq.output) - 1:
+                seq.dvr.verified += 1  # sampled from invariant logits on a verified prefix
+            if not seq.params.deterministic or self.config.mode != "dvr":
+                seq.dvr.verified = len(seq.output)
+            reason = self._finish_reason(seq, seq.output[-1])
+            if reason and seq.dvr.verified == len(seq.output):
                 self._retire(seq, reason)
                 done.append(self._output(seq))
         return done
+
+    # decode-verify-rollback ----------------------------------------------------------
+    def _verify(self) -> list[RequestOutput]:
+        window = self.config.dvr_window
+        due = [s for s in self.running if s.params.deterministic and s.output
+               and s.dvr.needs_verify(len(s.output), window, self._stopped(s))]  # fmt: skip
+        done: list[RequestOutput] = []
+        by_id = {s.request_id: s for s in due}
+        for group in plan_groups([s.request_id for s in due], self.config.dvr_group_size):
+            done += self._verify_group([by_id[r] if r is not None else None for r in group])
+        return done
+
+    def _stopped(self, seq: Seq) -> bool:
+        return self._finish_reason(seq, seq.output[-1]) is not None
+
+    def _verify_group(self, group: list[Seq | None]) -> list[RequestOutput]:
+        """One fixed-shape pass: group_size slots x window tokens, dummies padding."""
+        window = self.config.dvr_window
+        inputs, starts, caches = [], [], []
+        for seq in group:
+            if seq is None:
+                tokens, start = [0] * window, 0
+            else:
+                tokens, start = verify_inputs(seq.tokens, len(seq.prompt), seq.dvr)
+                tokens = tokens + [0] * (window - len(tokens))  # padding after: causal, discarded
+            inputs.append(torch.tensor(tokens))
+            starts.append(start)
+            caches.append(self.cache.gather(seq.block_table, start) if seq is not None else None)
+        logits, new_kv = self.model.forward(SequenceBatch(inputs, starts, caches), kernels=INVARIANT)
+        self.stats["verify_passes"] += 1
+        self.stats["verify_tokens"] += window * len(group)
+        done = []
+        for seq, lg, kv, start in zip(group, logits, new_kv, starts, strict=True):
+            if seq is not None and self._commit(seq, lg, kv, start):
+                done.append(self._output(seq))
+        return done
+
+    def _commit(self, seq: Seq, logits: torch.Tensor, kv, start: int) -> bool:
+        """Accept the agreeing prefix (+ the verifier's token); returns True if finished."""
+        state, first = seq.dvr, len(seq.prompt) + seq.dvr.verified
+        decoded = seq.output[state.verified :]
+        checked = self._sample([seq] * len(decoded), list(logits[: len(decoded)]),
+                               list(range(first, first + len(decoded))))  # fmt: skip
+        result = accept(decoded, checked)
+        n_kv = min(result.keep + 1, len(decoded))  # inputs whose KV is now trusted
+        self.cache.write(seq.block_table, start, kv[0][:, :, :n_kv], kv[1][:, :, :n_kv])
+        seq.num_computed = start + n_kv
+        state.verify_passes += 1
+        state.verify_tokens += self.config.dvr_window
+        if result.replacement is not None:
+            rolled = len(decoded) - result.keep
+            state.rollbacks += 1
+            state.tokens_rolled_back += rolled
+            self.stats["rollbacks"] += 1
+            self.stats["tokens_rolled_back"] += rolled
+            del seq.output[state.verified + result.keep :]
+            seq.output.append(result.replacement)
+        state.verified += result.committed
+        reason = self._finish_reason(seq, seq.output[-1])
+        if reason is not None and state.verified == len(seq.output):
+            self._retire(seq, reason)
+            return True
+        return False
 
     def _append(self, seq: Seq, token: int) -> None:
         now = self.clock()

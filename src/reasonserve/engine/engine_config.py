@@ -6,7 +6,9 @@ from dataclasses import dataclass
 
 from reasonserve.core.errors import InvalidArgumentError
 
-__all__ = ["EngineConfig"]
+__all__ = ["MODES", "EngineConfig"]
+
+MODES = ("dvr", "batch_invariant")
 
 
 @dataclass(frozen=True, slots=True)
@@ -16,6 +18,12 @@ class EngineConfig:
     ``max_num_batched_tokens`` bounds the tokens of one forward pass: decodes take one
     each, prompts are prefilled in chunks that fit (chunked prefill).
     ``end_of_thinking_token_id`` moves a request from REASONING to ANSWERING.
+
+    ``mode="dvr"``: prompts are prefilled with the batch-invariant kernels, decode steps
+    use stock kernels, and requests with ``deterministic=True`` are verified every
+    ``dvr_window`` tokens in fixed-shape passes of ``dvr_group_size`` x ``dvr_window``
+    tokens (decode-verify-rollback). ``mode="batch_invariant"``: every pass uses the
+    batch-invariant kernels, so every request is deterministic and none is verified.
     """
 
     block_size: int = 16
@@ -27,9 +35,15 @@ class EngineConfig:
     end_of_thinking_token_id: int | None = None
     policy: str = "fcfs"
     seed: int = 0  # seeds for requests that bring none
+    mode: str = "dvr"  # "dvr": stock-kernel decode + verify; "batch_invariant": every pass invariant
+    dvr_window: int = 8
+    dvr_group_size: int = 4
 
     def __post_init__(self) -> None:
-        for name in ("block_size", "num_blocks", "max_num_seqs", "max_num_batched_tokens"):
+        if self.mode not in MODES:
+            raise InvalidArgumentError(f"mode must be one of {MODES}, got {self.mode!r}")
+        for name in ("block_size", "num_blocks", "max_num_seqs", "max_num_batched_tokens", "dvr_window",
+                     "dvr_group_size"):  # fmt: skip
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise InvalidArgumentError(f"{name} must be an int >= 1, got {value!r}")

@@ -20,6 +20,7 @@ from reasonserve import ops
 from reasonserve.core.errors import InvalidArgumentError
 from reasonserve.engine.checkpoint import load_weights
 from reasonserve.engine.config import ModelConfig
+from reasonserve.engine.kernels import INVARIANT, Kernels
 
 __all__ = ["DecoderModel", "SequenceBatch"]
 
@@ -75,17 +76,18 @@ class DecoderModel:
         rotated = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
         return x * cos + rotated * sin
 
-    def _linear(self, x: torch.Tensor, name: str) -> torch.Tensor:
-        return ops.linear(x, self.w[name + ".weight"], self.w.get(name + ".bias"))
+    def _linear(self, kern: Kernels, x: torch.Tensor, name: str) -> torch.Tensor:
+        return kern.linear(x, self.w[name + ".weight"], self.w.get(name + ".bias"))
 
     def forward(
-        self, batch: SequenceBatch
+        self, batch: SequenceBatch, *, kernels: Kernels = INVARIANT
     ) -> tuple[list[torch.Tensor], list[tuple[torch.Tensor, torch.Tensor]]]:
         """Logits ``[n_i, V]`` for each sequence's new tokens, and each sequence's new
         ``(k, v)`` (``[layers, Hkv, n_i, D]``) for the caller to append to its cache.
 
         Row-wise work (norms, projections, MLP) runs on all sequences' tokens at once;
-        attention runs per sequence over its own keys.
+        attention runs per sequence over its own keys. ``kernels`` picks the
+        batch-invariant ops (default) or stock torch (the DVR fast path).
         """
         self._check(batch)
         sizes = [t.numel() for t in batch.new_tokens]
@@ -93,29 +95,29 @@ class DecoderModel:
         positions = torch.cat([torch.arange(s, s + n) for s, n in zip(batch.start, sizes, strict=True)])
         new_kv: list[list[tuple[torch.Tensor, torch.Tensor]]] = [[] for _ in sizes]
         for layer in range(self.cfg.num_hidden_layers):
-            h = self._attention_block(h, positions.to(self.device), sizes, batch, layer, new_kv)
-            h = self._mlp_block(h, f"model.layers.{layer}.")
-        normed = ops.rms_norm(h, self.w["model.norm.weight"], self.cfg.rms_norm_eps)
-        logits = ops.linear(normed, self.lm_head)
+            h = self._attention_block(kernels, h, positions.to(self.device), sizes, batch, layer, new_kv)
+            h = self._mlp_block(kernels, h, f"model.layers.{layer}.")
+        normed = kernels.rms_norm(h, self.w["model.norm.weight"], self.cfg.rms_norm_eps)
+        logits = kernels.linear(normed, self.lm_head)
         stacked = [(torch.stack([k for k, _ in kv]), torch.stack([v for _, v in kv])) for kv in new_kv]
         return list(logits.split(sizes)), stacked
 
-    def _attention_block(self, h, positions, sizes, batch: SequenceBatch, layer: int, new_kv) -> torch.Tensor:
+    def _attention_block(self, kern: Kernels, h, positions, sizes, batch, layer: int, new_kv) -> torch.Tensor:
         cfg, p = self.cfg, f"model.layers.{layer}."
-        x = ops.rms_norm(h, self.w[p + "input_layernorm.weight"], cfg.rms_norm_eps)
+        x = kern.rms_norm(h, self.w[p + "input_layernorm.weight"], cfg.rms_norm_eps)
         n = x.shape[0]
         q = (
-            self._linear(x, p + "self_attn.q_proj")
+            self._linear(kern, x, p + "self_attn.q_proj")
             .view(n, cfg.num_attention_heads, cfg.head_dim)
             .transpose(0, 1)
         )
         k = (
-            self._linear(x, p + "self_attn.k_proj")
+            self._linear(kern, x, p + "self_attn.k_proj")
             .view(n, cfg.num_key_value_heads, cfg.head_dim)
             .transpose(0, 1)
         )
         v = (
-            self._linear(x, p + "self_attn.v_proj")
+            self._linear(kern, x, p + "self_attn.v_proj")
             .view(n, cfg.num_key_value_heads, cfg.head_dim)
             .transpose(0, 1)
         )
@@ -129,14 +131,14 @@ class DecoderModel:
             if cached is not None and batch.start[i]:
                 ks = torch.cat([cached[0][layer], ks], dim=1)
                 vs = torch.cat([cached[1][layer], vs], dim=1)
-            outs.append(ops.attention(qs[None], ks[None], vs[None], causal=True)[0])  # [Hq, n_i, D]
+            outs.append(kern.attention(qs, ks, vs))  # [Hq, n_i, D]
         attn = torch.cat(outs, dim=1).transpose(0, 1).reshape(n, -1)
-        return h + self._linear(attn, p + "self_attn.o_proj")
+        return h + self._linear(kern, attn, p + "self_attn.o_proj")
 
-    def _mlp_block(self, h: torch.Tensor, p: str) -> torch.Tensor:
-        x = ops.rms_norm(h, self.w[p + "post_attention_layernorm.weight"], self.cfg.rms_norm_eps)
-        gate, up = self._linear(x, p + "mlp.gate_proj"), self._linear(x, p + "mlp.up_proj")
-        return h + self._linear(ops.silu(gate) * up, p + "mlp.down_proj")
+    def _mlp_block(self, kern: Kernels, h: torch.Tensor, p: str) -> torch.Tensor:
+        x = kern.rms_norm(h, self.w[p + "post_attention_layernorm.weight"], self.cfg.rms_norm_eps)
+        gate, up = self._linear(kern, x, p + "mlp.gate_proj"), self._linear(kern, x, p + "mlp.up_proj")
+        return h + self._linear(kern, kern.silu(gate) * up, p + "mlp.down_proj")
 
     def _check(self, batch: SequenceBatch) -> None:
         if not (len(batch.new_tokens) == len(batch.start) == len(batch.cache)):

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from reasonserve.core.phase import Phase
+from reasonserve.dvr.controller import DVRState
 from reasonserve.engine.sampling_params import SamplingParams
 
 __all__ = ["RequestMetrics", "Sequence"]
@@ -40,6 +41,12 @@ class Sequence:
     block_table: list[int] = field(default_factory=list)
     num_computed: int = 0  # tokens whose KV is in the cache
     finish_reason: str | None = None
+    dvr: DVRState = field(default_factory=DVRState)
+
+    @property
+    def verified_output(self) -> list[int]:
+        """Output tokens safe to stream (all of them for non-deterministic requests)."""
+        return self.output[: self.dvr.verified] if self.params.deterministic else list(self.output)
 
     @property
     def tokens(self) -> list[int]:
