@@ -19,9 +19,8 @@ import tempfile
 import time
 
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
-from _harness import RESULTS, machine  # noqa: E402
-
-from reasonserve.engine import Engine, EngineConfig, SamplingParams, make_tiny_checkpoint  # noqa: E402
+from _harness import RESULTS, machine
+from reasonserve.engine import Engine, EngineConfig, SamplingParams, make_tiny_checkpoint
 
 FRACTIONS = (0.0, 0.02, 0.05, 0.10, 0.20, 0.50, 1.0)
 
@@ -50,8 +49,10 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=32)
     parser.add_argument("--tokens", type=int, default=48)
     args = parser.parse_args()
-    path = make_tiny_checkpoint(tempfile.mkdtemp(), vocab_size=2048, hidden_size=512, intermediate_size=1024,
-                                num_hidden_layers=4, num_attention_heads=8, num_key_value_heads=4)  # fmt: skip
+    path = make_tiny_checkpoint(
+        tempfile.mkdtemp(), vocab_size=2048, hidden_size=512, intermediate_size=1024,
+        num_hidden_layers=4, num_attention_heads=8, num_key_value_heads=4,
+    )  # fmt: skip
     base_cfg = dict(block_size=16, num_blocks=1024, max_num_seqs=args.requests, max_num_batched_tokens=1024)
     rows = []
     for fraction in FRACTIONS:
@@ -75,8 +76,9 @@ def main() -> None:
               f"{r['recompute_pct']:>9.2f}")  # fmt: skip
     print("window x group at 100% deterministic:")
     for r in sweep:
-        print(f"  {r['window']:>3} x {r['group']:<3} {r['tokens_per_s']:>9.1f} tok/s, {r['verify_passes']} passes, "
-              f"{r['rollbacks']} rollbacks, recompute {r['recompute_pct']:.2f}%")  # fmt: skip
+        print(f"  {r['window']:>3} x {r['group']:<3} {r['tokens_per_s']:>9.1f} tok/s, "
+              f"{r['verify_passes']} passes, {r['rollbacks']} rollbacks, "
+              f"recompute {r['recompute_pct']:.2f}%")  # fmt: skip
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "dvr.json").write_text(
         json.dumps({"meta": machine("cpu"), "fractions": rows, "sweep": sweep}, indent=2)
