@@ -159,3 +159,29 @@ def test_block_manager_accounting_under_random_operations(ops_):
         except OutOfBlocks:
             pass
         bm.check([t for t, _ in tables])
+
+
+def test_probe_runs_a_fork_and_leaves_the_request_untouched(ckpt):
+    config = EngineConfig(block_size=4, num_blocks=64, mode="batch_invariant")
+    eng = Engine.from_pretrained(ckpt, config)
+    rid = eng.add_request(list(range(1, 11)), SamplingParams(max_tokens=12, temperature=0.0))
+    for _ in range(4):
+        eng.step()
+    seq = next(s for s in eng.running if s.request_id == rid)
+    before = (list(seq.output), list(seq.block_table), seq.num_computed)
+    kv_before = eng.cache.gather(seq.block_table, seq.num_computed)
+    suffix = [200, 201, 202]
+    probe = eng.probe(rid, suffix, max_tokens=5)
+    # The probe equals greedy decoding of (current tokens + suffix) from scratch.
+    assert probe == _greedy_reference(eng.model, seq.tokens + suffix, 5)
+    assert (list(seq.output), list(seq.block_table), seq.num_computed) == before
+    kv_after = eng.cache.gather(seq.block_table, seq.num_computed)
+    assert torch.equal(kv_before[0], kv_after[0]) and torch.equal(kv_before[1], kv_after[1])
+    eng.check_blocks()
+    while eng.has_unfinished():
+        eng.step()
+    assert eng.finished[rid].output == _greedy_reference(eng.model, list(range(1, 11)), 12)
+    with pytest.raises(InvalidArgumentError):
+        eng.probe(rid, [1], 3)  # finished: unknown to probe
+    with pytest.raises(InvalidArgumentError):
+        Engine.from_pretrained(ckpt).probe("nope", [1], 3)

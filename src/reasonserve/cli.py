@@ -15,12 +15,13 @@ __all__ = ["main"]
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="reasonserve", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
-    demo = sub.add_parser(
-        "demo", help="show batch invariance with and without deterministic_mode()"
-    )
-    demo.add_argument("--batches", type=int, default=6, help="random batches to try (>= 1)")
+    demo = sub.add_parser("demo", help="the embedded engine on a mixed workload, with a determinism proof")
     demo.add_argument("--seed", type=int, default=0, help="seed for weights and prompts")
     demo.add_argument("--json", metavar="PATH", help="also write the report as JSON")
+    ops_demo = sub.add_parser("demo-ops", help="batch invariance with and without deterministic_mode()")
+    ops_demo.add_argument("--batches", type=int, default=6, help="random batches to try (>= 1)")
+    ops_demo.add_argument("--seed", type=int, default=0, help="seed for weights and prompts")
+    ops_demo.add_argument("--json", metavar="PATH", help="also write the report as JSON")
     _replay_parsers(sub)
     return parser
 
@@ -109,6 +110,10 @@ def _first(folder: pathlib.Path, pattern: str) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "demo":
+        from reasonserve.engine_demo import run_engine_demo
+
+        return run_engine_demo(seed=args.seed, json_path=args.json, out=sys.stdout)
+    if args.command == "demo-ops":
         from reasonserve.demo import run_demo
 
         return run_demo(batches=args.batches, seed=args.seed, json_path=args.json, out=sys.stdout)

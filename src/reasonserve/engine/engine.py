@@ -349,6 +349,45 @@ class Engine:
         return RequestOutput(seq.request_id, list(seq.prompt), list(seq.output), seq.finish_reason,
                              seq.phase, seq.metrics)  # fmt: skip
 
+    # probing -----------------------------------------------------------------------
+    def probe(self, request_id: str, suffix_tokens: Sequence[int], max_tokens: int = 20,
+              params: SamplingParams | None = None) -> list[int]:  # fmt: skip
+        """Run a fork of the request's current prefix plus ``suffix_tokens``; return the
+        probe's tokens (greedy unless ``params`` says otherwise). The request is not
+        changed: the fork shares its KV blocks and copies a block before writing into it
+        (Dynasor's probe-in-the-middle, host side)."""
+        seq = self._find(request_id)
+        suffix = self._check_prompt(list(suffix_tokens), params or SamplingParams())[:]
+        if not isinstance(max_tokens, int) or max_tokens < 1:
+            raise InvalidArgumentError(f"max_tokens must be an int >= 1, got {max_tokens!r}")
+        params = params or SamplingParams(max_tokens=max_tokens, temperature=0.0)
+        cached = seq.num_computed if seq in self.running else 0
+        fork = self.blocks.fork(seq.block_table) if cached else []
+        try:
+            return self._probe_decode(seq, fork, cached, seq.tokens[cached:] + suffix, max_tokens, params)
+        finally:
+            self.blocks.free(fork)
+
+    def _probe_decode(self, seq: Seq, table: list[int], cached: int, feed: list[int], max_tokens: int,
+                      params: SamplingParams) -> list[int]:  # fmt: skip
+        out: list[int] = []
+        while len(out) < max_tokens and cached + len(feed) < self.max_model_len:
+            for src, dst in self.blocks.ensure_capacity(table, cached + len(feed)):
+                self.cache.copy_block(src, dst)
+            batch = SequenceBatch([torch.tensor(feed)], [cached], [self.cache.gather(table, cached)])
+            logits, kv = self.model.forward(batch, kernels=INVARIANT)
+            self.cache.write(table, cached, *kv[0])
+            cached += len(feed)
+            seed = params.seed if params.seed is not None else seq.seed
+            token = ops.sample(logits[0][-1:], seeds=[seed], positions=[cached],
+                               temperature=params.temperature, top_k=params.top_k, top_p=params.top_p,
+                               min_p=params.min_p).item()  # fmt: skip
+            out.append(int(token))
+            if token == self.config.eos_token_id:
+                break
+            feed = [int(token)]
+        return out
+
     # convenience -------------------------------------------------------------------
     def generate(
         self,
