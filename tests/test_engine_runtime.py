@@ -117,7 +117,7 @@ def test_phases_and_latency_metrics(ckpt):
 @pytest.mark.parametrize(
     ("prompt", "params", "message"),
     [([], None, "non-empty"), ([1, 999], None, "token ids"), ([1, -1], None, "token ids"),
-     ("hello", None, "non-empty"), ([1] * 3000, None, "max_model_len"), ([1], "greedy", "SamplingParams")],
+     ("", None, "non-empty"), ([1] * 3000, None, "max_model_len"), ([1], "greedy", "SamplingParams")],
 )  # fmt: skip
 def test_bad_requests_are_rejected_and_the_engine_keeps_serving(ckpt, prompt, params, message):
     eng = Engine.from_pretrained(ckpt)
@@ -185,3 +185,11 @@ def test_probe_runs_a_fork_and_leaves_the_request_untouched(ckpt):
         eng.probe(rid, [1], 3)  # finished: unknown to probe
     with pytest.raises(InvalidArgumentError):
         Engine.from_pretrained(ckpt).probe("nope", [1], 3)
+
+
+def test_text_prompts_need_a_tokenizer(ckpt):
+    out = Engine.from_pretrained(ckpt).generate(["hi"], SamplingParams(max_tokens=2, temperature=0.0))[0]
+    assert out.prompt_token_ids == [104, 105] and isinstance(out.text, str)  # byte tokenizer
+    bare = Engine(Engine.from_pretrained(ckpt).model, tokenizer=None)
+    with pytest.raises(InvalidArgumentError, match="tokenizer"):
+        bare.add_request("hi")

@@ -23,6 +23,14 @@ def _parser() -> argparse.ArgumentParser:
     ops_demo.add_argument("--seed", type=int, default=0, help="seed for weights and prompts")
     ops_demo.add_argument("--json", metavar="PATH", help="also write the report as JSON")
     _replay_parsers(sub)
+    serve = sub.add_parser("serve", help="OpenAI-compatible HTTP server over the embedded engine")
+    serve.add_argument("--model", required=True, help="HF-format checkpoint folder")
+    serve.add_argument("--host", default="127.0.0.1", help="bind address (default: loopback only)")
+    serve.add_argument("--port", type=int, default=8000)
+    serve.add_argument("--max-tokens-limit", type=int, default=4096)
+    serve.add_argument("--max-request-bytes", type=int, default=1_000_000)
+    serve.add_argument("--mode", default="dvr", choices=["dvr", "batch_invariant"])
+    serve.add_argument("--num-blocks", type=int, default=1024)
     return parser
 
 
@@ -100,6 +108,24 @@ def _replay(args, out) -> int:
     return 0
 
 
+def _serve(args) -> int:
+    import uvicorn
+
+    from reasonserve.engine import Engine, EngineConfig
+    from reasonserve.serve.app import create_app
+    from reasonserve.serve.runner import EngineRunner
+
+    engine = Engine.from_pretrained(args.model, EngineConfig(mode=args.mode, num_blocks=args.num_blocks))
+    runner = EngineRunner(engine)
+    app = create_app(runner, model_name=pathlib.Path(args.model).name, max_tokens_limit=args.max_tokens_limit,
+                     max_request_bytes=args.max_request_bytes)  # fmt: skip
+    try:
+        uvicorn.run(app, host=args.host, port=args.port, log_level="info")
+    finally:
+        runner.close()
+    return 0
+
+
 def _first(folder: pathlib.Path, pattern: str) -> str:
     found = sorted(folder.glob(pattern))
     if not found:
@@ -119,6 +145,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return run_demo(batches=args.batches, seed=args.seed, json_path=args.json, out=sys.stdout)
     if args.command == "replay":
         return _replay(args, sys.stdout)
+    if args.command == "serve":
+        return _serve(args)
     if args.command == "calibrate":
         # Calibration is the cross-validated selection inside replay; print its choice.
         return _replay(args, sys.stdout)

@@ -1,8 +1,5 @@
-"""The embedded reference engine: model, checkpoints, paged KV cache, continuous batching.
-
-Still to come (issue #4): decode-verify-rollback, probing forks, swap preemption, the
-demo and the HTTP server.
-"""
+"""The embedded reference engine: model, checkpoints, paged KV cache, continuous
+batching, decode-verify-rollback and probing forks. See ``docs/engine.md``."""
 
 from reasonserve.engine.checkpoint import load_weights, make_tiny_checkpoint
 from reasonserve.engine.config import ModelConfig

@@ -30,6 +30,7 @@ from reasonserve.engine.outputs import RequestOutput
 from reasonserve.engine.sampling_params import SamplingParams
 from reasonserve.engine.sequence import RequestMetrics
 from reasonserve.engine.sequence import Sequence as Seq
+from reasonserve.engine.tokenizer import Tokenizer, load_tokenizer
 from reasonserve.policies import REGISTRY, Admit, Preempt, RequestView, SchedulerView
 
 __all__ = ["Engine"]
@@ -38,12 +39,14 @@ __all__ = ["Engine"]
 class Engine:
     def __init__(self, model: DecoderModel, config: EngineConfig | None = None, *,
                  clock: Callable[[], float] = time.monotonic,
-                 fast_path_fault: Callable[[str, int, int], int] | None = None) -> None:  # fmt: skip
+                 fast_path_fault: Callable[[str, int, int], int] | None = None,
+                 tokenizer: Tokenizer | None = None) -> None:  # fmt: skip
         """``fast_path_fault(request_id, position, token) -> token`` may replace tokens
         sampled on the stock-kernel decode path: a fault-injection seam for testing
         decode-verify-rollback (None in production)."""
         self.model, self.config, self.clock = model, config or EngineConfig(), clock
         self.fast_path_fault = fast_path_fault
+        self.tokenizer = tokenizer
         self.stats = {"verify_passes": 0, "verify_tokens": 0, "rollbacks": 0, "tokens_rolled_back": 0}
         if self.config.policy not in REGISTRY:
             raise InvalidArgumentError(
@@ -64,12 +67,19 @@ class Engine:
     def from_pretrained(
         cls, path: str | pathlib.Path, config: EngineConfig | None = None, **kwargs
     ) -> Engine:
-        return cls(DecoderModel.from_pretrained(path), config, **kwargs)
+        model = DecoderModel.from_pretrained(path)
+        kwargs.setdefault("tokenizer", load_tokenizer(path, model.cfg.vocab_size))
+        return cls(model, config, **kwargs)
 
     # requests -------------------------------------------------------------------
-    def add_request(self, prompt: Sequence[int], params: SamplingParams | None = None,
+    def add_request(self, prompt: Sequence[int] | str, params: SamplingParams | None = None,
                     request_id: str | None = None) -> str:  # fmt: skip
+        """Queue a prompt (token ids, or text when the engine has a tokenizer)."""
         params = params or SamplingParams()
+        if isinstance(prompt, str):
+            if self.tokenizer is None:
+                raise InvalidArgumentError("text prompts need a tokenizer; pass token ids")
+            prompt = self.tokenizer.encode(prompt)
         tokens = self._check_prompt(prompt, params)
         rid = request_id if request_id is not None else f"req-{next(self._ids)}"
         if rid in self._live_ids() or rid in self.finished:
@@ -346,8 +356,9 @@ class Engine:
         self.finished[seq.request_id] = seq
 
     def _output(self, seq: Seq) -> RequestOutput:
+        text = self.tokenizer.decode(seq.output) if self.tokenizer is not None else None
         return RequestOutput(seq.request_id, list(seq.prompt), list(seq.output), seq.finish_reason,
-                             seq.phase, seq.metrics)  # fmt: skip
+                             seq.phase, seq.metrics, text)  # fmt: skip
 
     # probing -----------------------------------------------------------------------
     def probe(self, request_id: str, suffix_tokens: Sequence[int], max_tokens: int = 20,
@@ -391,7 +402,7 @@ class Engine:
     # convenience -------------------------------------------------------------------
     def generate(
         self,
-        prompts: Sequence[Sequence[int]],
+        prompts: Sequence[Sequence[int] | str],
         params: SamplingParams | Sequence[SamplingParams] | None = None,
     ) -> list[RequestOutput]:
         """Run prompts to completion; outputs in prompt order."""

@@ -1,0 +1,1 @@
+"""OpenAI-compatible HTTP serving over the embedded engine (``pip install reasonserve[serve]``)."""
