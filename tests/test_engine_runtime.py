@@ -52,26 +52,55 @@ def _requests(seed, n=6, deterministic=True):
             for _ in range(n)]  # fmt: skip
 
 
-@settings(max_examples=6, deadline=None)
+@pytest.mark.parametrize("preemption", ["recompute", "swap"])
+@settings(max_examples=5, deadline=None)
 @given(st.integers(0, 10_000))
-def test_outputs_do_not_depend_on_batching_arrival_order_or_preemption(ckpt, seed):
+def test_outputs_do_not_depend_on_batching_arrival_order_or_preemption(ckpt, preemption, seed):
     """Deterministic requests (DVR mode) against the all-batch-invariant mode."""
     requests = _requests(seed)
     _, roomy = _run(ckpt, EngineConfig(block_size=4, num_blocks=256, mode="batch_invariant"), requests)
     shuffled = requests[:]
     random.Random(seed + 1).shuffle(shuffled)
     # Tiny KV and token budget: chunked prefill and recompute preemption happen.
-    _, tight = _run(ckpt, EngineConfig(block_size=4, num_blocks=14, max_num_batched_tokens=7, max_num_seqs=3),
-                      shuffled)  # fmt: skip
+    tight_config = EngineConfig(block_size=4, num_blocks=14, max_num_batched_tokens=7, max_num_seqs=3,
+                                preemption=preemption)  # fmt: skip
+    _, tight = _run(ckpt, tight_config, shuffled)
     assert tight == roomy
 
 
-def test_preemption_really_happens_with_a_small_cache(ckpt):
-    eng = Engine.from_pretrained(ckpt, EngineConfig(block_size=4, num_blocks=10, max_num_batched_tokens=64))
-    outs = eng.generate([[1] * 12, [2] * 12, [3] * 12], SamplingParams(max_tokens=10, temperature=0.0))
+@pytest.mark.parametrize("preemption", ["recompute", "swap"])
+def test_preemption_really_happens_with_a_small_cache(ckpt, preemption):
+    config = EngineConfig(block_size=4, num_blocks=10, max_num_batched_tokens=64, preemption=preemption)
+    eng = Engine.from_pretrained(ckpt, config)
+    params = SamplingParams(max_tokens=10, temperature=0.9, seed=3, deterministic=True)
+    prompts = [[1] * 12, [2] * 12, [3] * 12]
+    outs = eng.generate(prompts, params)
     assert sum(o.metrics.num_preemptions for o in outs) > 0
-    assert all(len(o.token_ids) == 10 for o in outs)
+    if preemption == "swap":
+        assert sum(o.metrics.num_swaps for o in outs) > 0
+    reference = Engine.from_pretrained(ckpt, EngineConfig(mode="batch_invariant")).generate(prompts, params)
+    assert [o.token_ids for o in outs] == [o.token_ids for o in reference]
     eng.check_blocks()
+
+
+def test_deterministic_outputs_survive_aborts_of_other_requests(ckpt):
+    params = SamplingParams(max_tokens=12, temperature=1.1, seed=77, deterministic=True)
+    reference = Engine.from_pretrained(ckpt, EngineConfig(mode="batch_invariant")).generate([[4, 5, 6]], params)
+    eng = Engine.from_pretrained(ckpt, EngineConfig(block_size=4, num_blocks=64, dvr_window=3))
+    target = eng.add_request([4, 5, 6], params)
+    others = [eng.add_request([i, i + 1], SamplingParams(max_tokens=30)) for i in range(6)]
+    for step in range(40):
+        eng.step()
+        if step % 3 == 0 and others:
+            rid = others.pop()
+            if rid not in eng.finished:
+                eng.abort(rid)
+        eng.check_blocks()
+        if target in eng.finished:
+            break
+    while target not in eng.finished:
+        eng.step()
+    assert eng.finished[target].output == reference[0].token_ids
 
 
 def test_prefix_blocks_are_shared_and_reused(ckpt):

@@ -78,6 +78,12 @@ class BlockManager:
         table += [self._take() for _ in range(needed - len(table))]
         return table, cached
 
+    def allocate(self, num_blocks: int) -> list[int]:
+        """``num_blocks`` fresh blocks (for swapped-in KV), or OutOfBlocks with nothing taken."""
+        if num_blocks > self.num_free:
+            raise OutOfBlocks
+        return [self._take() for _ in range(num_blocks)]
+
     def register_full_blocks(self, table: Sequence[int], tokens: Sequence[int], num_computed: int) -> None:
         """Make the computed full blocks of a sequence reusable by later prompts."""
         parent = None

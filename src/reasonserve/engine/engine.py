@@ -165,18 +165,30 @@ class Engine:
 
     def _admit(self, seq: Seq) -> bool:
         try:
-            seq.block_table, seq.num_computed = self.blocks.allocate_prompt(seq.tokens)
+            if seq.swapped is not None:
+                seq.block_table = self.blocks.allocate(self.blocks.blocks_for(seq.num_computed))
+                self.cache.write(seq.block_table, 0, *(t.to(self.model.device) for t in seq.swapped))
+                seq.swapped = None
+            else:
+                seq.block_table, seq.num_computed = self.blocks.allocate_prompt(seq.tokens)
+                seq.metrics.num_cached_tokens += seq.num_computed
         except OutOfBlocks:
             return False
-        seq.metrics.num_cached_tokens += seq.num_computed
         self.waiting.remove(seq)
         self.running.append(seq)
         return True
 
     def _preempt(self, seq: Seq) -> None:
-        """Recompute preemption: drop the KV, go back to the front of the queue."""
+        """Take a request out, back to the front of the queue. ``recompute`` drops its KV;
+        ``swap`` keeps a host-memory copy and restores it on re-admission."""
+        if self.config.preemption == "swap" and seq.num_computed:
+            k, v = self.cache.gather(seq.block_table, seq.num_computed)  # type: ignore[misc]
+            seq.swapped = (k.to("cpu", copy=True), v.to("cpu", copy=True))
+            seq.metrics.num_swaps += 1
+        else:
+            seq.num_computed = 0
         self.blocks.free(seq.block_table)
-        seq.block_table, seq.num_computed = [], 0
+        seq.block_table = []
         seq.metrics.num_preemptions += 1
         self.running.remove(seq)
         self.waiting.insert(0, seq)
@@ -350,7 +362,7 @@ class Engine:
             self.running.remove(seq)
         elif seq in self.waiting:
             self.waiting.remove(seq)
-        seq.block_table = []
+        seq.block_table, seq.swapped = [], None
         seq.finish_reason, seq.phase = reason, Phase.FINISHED
         seq.metrics.finished_s = self.clock()
         self.finished[seq.request_id] = seq

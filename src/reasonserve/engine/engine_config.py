@@ -38,8 +38,11 @@ class EngineConfig:
     mode: str = "dvr"  # "dvr": stock-kernel decode + verify; "batch_invariant": every pass invariant
     dvr_window: int = 8
     dvr_group_size: int = 4
+    preemption: str = "recompute"  # or "swap": copy the KV to host memory and back
 
     def __post_init__(self) -> None:
+        if self.preemption not in ("recompute", "swap"):
+            raise InvalidArgumentError(f"preemption must be 'recompute' or 'swap', got {self.preemption!r}")
         if self.mode not in MODES:
             raise InvalidArgumentError(f"mode must be one of {MODES}, got {self.mode!r}")
         for name in ("block_size", "num_blocks", "max_num_seqs", "max_num_batched_tokens", "dvr_window",

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import torch
+
 from reasonserve.core.phase import Phase
 from reasonserve.dvr.controller import DVRState
 from reasonserve.engine.sampling_params import SamplingParams
@@ -19,6 +21,7 @@ class RequestMetrics:
     finished_s: float | None = None
     num_preemptions: int = 0
     num_cached_tokens: int = 0  # prompt tokens whose KV came from the prefix cache
+    num_swaps: int = 0  # preemptions that kept the KV in host memory
 
     @property
     def ttft_s(self) -> float | None:
@@ -42,6 +45,7 @@ class Sequence:
     num_computed: int = 0  # tokens whose KV is in the cache
     finish_reason: str | None = None
     dvr: DVRState = field(default_factory=DVRState)
+    swapped: tuple[torch.Tensor, torch.Tensor] | None = None  # host copy of the KV while preempted
 
     @property
     def verified_output(self) -> list[int]:
