@@ -23,7 +23,7 @@ from reasonserve.certainindex.semantic_entropy import SemanticEntropy
 from reasonserve.core.errors import InvalidArgumentError
 from reasonserve.replay import _report
 
-__all__ = ["SCQuestion", "SCRule", "load_samples", "replay_sc"]
+__all__ = ["SCQuestion", "SCRule", "load_samples", "make_question", "replay_sc"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,6 +44,14 @@ def _reward(value) -> float:
     return x if math.isfinite(x) else math.nan
 
 
+def make_question(qid: str, answers: list[str | None], rewards: list[float], gold: str) -> SCQuestion:
+    """Group a question's answers by equivalence and grade each group against ``gold``."""
+    classes = group_answers(answers)
+    reps = {c: a for c, a in zip(classes, answers, strict=True) if c >= 0}
+    correct = tuple(equivalent(reps[c], gold) for c in range(len(reps)))
+    return SCQuestion(qid, tuple(classes), correct, tuple(rewards))
+
+
 def load_samples(path: str | pathlib.Path) -> list[SCQuestion]:
     """Read a ``sc_samples`` JSONL file: ``gt``, ``pred[n]``, optional ``pred_score[n]``."""
     out = []
@@ -53,12 +61,9 @@ def load_samples(path: str | pathlib.Path) -> list[SCQuestion]:
             if "pred" not in row or "gt" not in row:
                 raise InvalidArgumentError(f"{path}:{line_no + 1}: needs 'gt' and 'pred'")
             preds = [p if isinstance(p, str) else None for p in row["pred"]]
-            classes = group_answers(preds)
-            reps = {c: p for c, p in zip(classes, preds, strict=True) if c >= 0}
-            correct = tuple(equivalent(reps[c], str(row["gt"])) for c in range(len(reps)))
             scores = row.get("pred_score") or [None] * len(preds)
-            out.append(SCQuestion(str(row.get("idx", line_no)), tuple(classes), correct,
-                                  tuple(_reward(s) for s in scores)))  # fmt: skip
+            rewards = [_reward(s) for s in scores]
+            out.append(make_question(str(row.get("idx", line_no)), preds, rewards, str(row["gt"])))
     return out
 
 

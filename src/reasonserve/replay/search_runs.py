@@ -19,22 +19,14 @@ import pathlib
 import re
 
 from reasonserve.certainindex.answers import extract_answer
-from reasonserve.certainindex.equivalence import equivalent, group_answers
 from reasonserve.certainindex.reward import RewardCertainty
 from reasonserve.core.errors import InvalidArgumentError
-from reasonserve.replay.sc import SCQuestion
+from reasonserve.replay.sc import SCQuestion, make_question
 
 __all__ = ["load_mcts", "load_prm_beams"]
 
 _CHOICE = re.compile(r"answer is:?\s*\(?\s*([A-E])\s*\)?", re.IGNORECASE)
 _VALUE = re.compile(r"'value':\s*(-?[0-9.]+(?:e-?\d+)?)")
-
-
-def _question(qid: str, answers: list[str | None], rewards: list[float], gold: str) -> SCQuestion:
-    classes = group_answers(answers)
-    reps = {c: a for c, a in zip(classes, answers, strict=True) if c >= 0}
-    correct = tuple(equivalent(reps[c], gold) for c in range(len(reps)))
-    return SCQuestion(qid, tuple(classes), correct, tuple(rewards))
 
 
 def load_prm_beams(path: str | pathlib.Path, *, aggregate: str = "last") -> list[SCQuestion]:
@@ -48,7 +40,7 @@ def load_prm_beams(path: str | pathlib.Path, *, aggregate: str = "last") -> list
             answers = [extract_answer(c) if isinstance(c, str) else None for c in row["completions"]]
             scores = row.get("scores") or [[] for _ in answers]
             rewards = [agg.score(s) if s else math.nan for s in scores]
-            out.append(_question(str(row.get("unique_id", i)), answers, rewards, str(row["answer"])))
+            out.append(make_question(str(row.get("unique_id", i)), answers, rewards, str(row["answer"])))
     return out
 
 
@@ -75,5 +67,5 @@ def load_mcts(folder: str | pathlib.Path) -> list[SCQuestion]:
         rollouts = json.loads((root / f"{qid} - Rollout Solutions.json").read_text())
         rollouts.sort(key=lambda r: int(r.get("rollout_id", 0)))
         pairs = [_rollout_answer(r) for r in rollouts]
-        out.append(_question(qid, [a for a, _ in pairs], [v for _, v in pairs], gold))
+        out.append(make_question(qid, [a for a, _ in pairs], [v for _, v in pairs], gold))
     return out
