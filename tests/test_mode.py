@@ -158,3 +158,40 @@ def test_autograd_still_works_inside_the_mode():
     with reasonserve.deterministic_mode():
         F.linear(x, w).sum().backward()
     torch.testing.assert_close(x.grad, w.sum(0).expand(3, 8).detach())
+
+
+def test_every_stock_fallback_matches_stock_bits_in_another_thread():
+    """While one thread is inside the mode, every overridden op keeps stock bits elsewhere."""
+    g = torch.Generator().manual_seed(5)
+    a, b = torch.randn(5, 33, generator=g), torch.randn(33, 7, generator=g)
+    a3, b3 = torch.randn(2, 5, 33, generator=g), torch.randn(2, 33, 7, generator=g)
+    bias = torch.randn(7, generator=g)
+
+    def stock_ops():
+        return {
+            "mm": torch.mm(a, b), "bmm": torch.bmm(a3, b3), "addmm": torch.addmm(bias, a, b, beta=0.5, alpha=2.0),
+            "baddbmm": torch.baddbmm(bias, a3, b3), "softmax": torch.softmax(a, -1),
+            "softmax_half": torch.softmax(a.half(), -1, dtype=torch.float32),
+            "log_softmax": torch.log_softmax(a, 0), "mean": a.mean(1, keepdim=True), "mean_all": a.mean(dim=(0, 1)),
+            "silu": F.silu(a),
+        }  # fmt: skip
+
+    before = stock_ops()
+    inside, release = threading.Event(), threading.Event()
+
+    def worker():
+        with reasonserve.deterministic_mode():
+            inside.set()
+            release.wait(timeout=30)
+
+    t = threading.Thread(target=worker)
+    t.start()
+    assert inside.wait(timeout=30)
+    try:
+        assert _overridden("mm")
+        during = stock_ops()
+    finally:
+        release.set()
+        t.join(timeout=30)
+    for name, value in during.items():
+        assert_bitwise_equal(value, before[name], name)
