@@ -40,6 +40,19 @@ def _sync(device: str) -> None:
         torch.cuda.synchronize()
 
 
+def median_s(fn: Callable[[], object], *, repeats: int = 30, device: str = "cpu") -> float:
+    """Median seconds of ``fn`` after one warm-up call."""
+    fn()
+    times = []
+    for _ in range(repeats):
+        _sync(device)
+        start = time.perf_counter()
+        fn()
+        _sync(device)
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
 def compare(
     baseline: Callable[[], object],
     candidate: Callable[[], object],

@@ -21,7 +21,7 @@ import time
 import torch
 
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
-from _harness import RESULTS, machine
+from _harness import RESULTS, machine, median_s
 from reasonserve.certainindex import ProbeConsistency, SemanticEntropy, compare_answers
 from reasonserve.certainindex.answers import _normalize_cached
 from reasonserve.certainindex.equivalence import _parsed
@@ -32,22 +32,12 @@ HOSTILE = ["9" * 100_000, "{" * 50_000, "10^10^10^10", "(" * 400, "__import__('o
            "\\frac" * 5000, "x^" * 190 + "2"]  # fmt: skip
 
 
-def _median(fn, repeats=30) -> float:
-    fn()
-    times = []
-    for _ in range(repeats):
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return statistics.median(times)
-
-
 def entropy_bench() -> dict:
     ids = torch.randint(0, 8, (4096, 64), generator=torch.Generator().manual_seed(0))
     se = SemanticEntropy()
-    batched = _median(lambda: se.from_ids(ids))
+    batched = median_s(lambda: se.from_ids(ids))
     rows = ids[:256].tolist()
-    loop = _median(lambda: [se.score(r) for r in rows], repeats=5) * 16  # scaled to 4096 rows
+    loop = median_s(lambda: [se.score(r) for r in rows], repeats=5) * 16  # scaled to 4096 rows
     return {"programs": 4096, "answers": 64, "batched_ms": batched * 1e3, "python_loop_ms": loop * 1e3,
             "speedup": loop / batched, "target_ms": 5.0, "met": batched * 1e3 <= 5.0}  # fmt: skip
 
@@ -79,8 +69,8 @@ def equivalence_bench(data: pathlib.Path) -> dict:
         t = time.perf_counter()
         compare_answers(a, b)
         cold.append(time.perf_counter() - t)
-    warm = [_median(lambda a=a, b=b: compare_answers(a, b), repeats=5) for a, b in pairs[:500]]
-    worst = max(_median(lambda h=h: compare_answers(h, "5"), repeats=3) for h in HOSTILE)
+    warm = [median_s(lambda a=a, b=b: compare_answers(a, b), repeats=5) for a, b in pairs[:500]]
+    worst = max(median_s(lambda h=h: compare_answers(h, "5"), repeats=3) for h in HOSTILE)
     return {"pairs": len(pairs), "source": "recorded probes vs targets" if len(pairs) != len(TYPICAL) * 50
             else "built-in typical pairs", "median_cold_us": statistics.median(cold) * 1e6,
             "p99_cold_us": sorted(cold)[int(0.99 * len(cold))] * 1e6,
@@ -99,7 +89,7 @@ def probe_update_bench() -> dict:
             for c in stream:
                 pc.update(state, c)
 
-        out[window] = _median(run, repeats=5) / len(stream) * 1e6
+        out[window] = median_s(run, repeats=5) / len(stream) * 1e6
     return {"us_per_update_by_window": out}
 
 

@@ -1,5 +1,6 @@
 """deterministic_mode(): swaps ATen ops, nests, survives exceptions, per thread."""
 
+import contextlib
 import threading
 
 import pytest
@@ -119,25 +120,32 @@ def test_an_exception_inside_the_block_leaves_the_mode():
         assert_bitwise_equal(a, b, "stock after exception")
 
 
-def test_other_threads_keep_stock_behaviour_while_one_is_inside():
-    stock = _stock_reference()
+@contextlib.contextmanager
+def _another_thread_inside_the_mode():
+    """Hold ``deterministic_mode()`` open in a second thread for the body of the block."""
     inside, release = threading.Event(), threading.Event()
-    seen = {}
 
-    def deterministic_worker():
+    def worker():
         with reasonserve.deterministic_mode():
             inside.set()
             release.wait(timeout=30)
 
-    worker = threading.Thread(target=deterministic_worker)
-    worker.start()
+    thread = threading.Thread(target=worker)
+    thread.start()
     assert inside.wait(timeout=30)
     try:
-        seen["mode"] = reasonserve.is_deterministic_mode()
-        seen["out"] = _stock_reference()
+        yield
     finally:
         release.set()
-        worker.join(timeout=30)
+        thread.join(timeout=30)
+
+
+def test_other_threads_keep_stock_behaviour_while_one_is_inside():
+    stock = _stock_reference()
+    seen = {}
+    with _another_thread_inside_the_mode():
+        seen["mode"] = reasonserve.is_deterministic_mode()
+        seen["out"] = _stock_reference()
     assert seen["mode"] is False
     for b, a in zip(stock, seen["out"], strict=True):
         assert_bitwise_equal(a, b, "stock in another thread")
@@ -177,21 +185,8 @@ def test_every_stock_fallback_matches_stock_bits_in_another_thread():
         }  # fmt: skip
 
     before = stock_ops()
-    inside, release = threading.Event(), threading.Event()
-
-    def worker():
-        with reasonserve.deterministic_mode():
-            inside.set()
-            release.wait(timeout=30)
-
-    t = threading.Thread(target=worker)
-    t.start()
-    assert inside.wait(timeout=30)
-    try:
+    with _another_thread_inside_the_mode():
         assert _overridden("mm")
         during = stock_ops()
-    finally:
-        release.set()
-        t.join(timeout=30)
     for name, value in during.items():
         assert_bitwise_equal(value, before[name], name)

@@ -380,10 +380,10 @@ class Engine:
         changed: the fork shares its KV blocks and copies a block before writing into it
         (Dynasor's probe-in-the-middle, host side)."""
         seq = self._find(request_id)
-        suffix = self._check_prompt(list(suffix_tokens), params or SamplingParams())[:]
         if not isinstance(max_tokens, int) or max_tokens < 1:
             raise InvalidArgumentError(f"max_tokens must be an int >= 1, got {max_tokens!r}")
         params = params or SamplingParams(max_tokens=max_tokens, temperature=0.0)
+        suffix = self._check_prompt(list(suffix_tokens), params)
         cached = seq.num_computed if seq in self.running else 0
         fork = self.blocks.fork(seq.block_table) if cached else []
         try:
