@@ -1,6 +1,7 @@
 """Calibration with cross-validation, and the replay commands on small synthetic data."""
 
 import csv
+import dataclasses
 import gzip
 import json
 import random
@@ -13,7 +14,7 @@ from reasonserve.certainindex.calibration import Outcome, choose, cross_validate
 from reasonserve.cli import main
 from reasonserve.core import InvalidArgumentError
 from reasonserve.replay import probes, sc
-from reasonserve.replay.probe_rules import OracleRule, WindowRule, evaluate
+from reasonserve.replay.probe_rules import OracleRule, TargetOracleRule, WindowRule, evaluate
 from reasonserve.replay.probe_runs import Trajectory, _runs, load_run
 
 
@@ -67,6 +68,27 @@ def test_oracle_and_evaluate_on_a_hand_trajectory():
     assert (out.accuracy, out.baseline_accuracy, out.cost) == (0.0, 1.0, 128)
 
 
+def test_target_oracle_knows_the_right_answer():
+    right_late = _trajectory([1, 1, 0, 0], [64, 128, 192, 256], 0, (True, False), tokens=400)
+    assert TargetOracleRule().first_stop(right_late) == (2, 0)
+    # Final answer wrong and no probe right: nothing to lose, exit at the first answered probe.
+    hopeless = _trajectory([-1, 1, 1], [64, 128, 192], 1, (False, False), tokens=9000)
+    assert TargetOracleRule().first_stop(hopeless) == (1, 1)
+    # Final answer right although no probe was: run to the end.
+    late_only = _trajectory([1, 1], [64, 128], 0, (True, False), tokens=300)
+    assert TargetOracleRule().first_stop(late_only) is None
+    out = evaluate(TargetOracleRule(), [right_late, hopeless, late_only])
+    assert out.correct == 2 and out.cost == 192 + 128 + 300
+
+
+def test_token_breakdown_shares_sum_to_one():
+    a = _trajectory([0], [64], 0, (True,), tokens=100)
+    b = dataclasses.replace(_trajectory([0], [64], 0, (False,), tokens=300), finished=False)
+    out = probes.token_breakdown([a, b])
+    assert out["end not recorded, right"]["token_share"] == 0.25
+    assert out["hit the budget, wrong"] == {"trajectories": 1, "token_share": 0.75, "mean_tokens": 300.0}
+
+
 def _write_probe_run(folder, n_problems=12, seed=0):
     rng = random.Random(seed)
     folder.mkdir(parents=True)
@@ -103,6 +125,10 @@ def test_replay_probes_on_synthetic_runs(tmp_path):
     assert report["baseline_accuracy"] == 1.0
     assert report["rules"]["oracle (context)"]["accuracy"] == 1.0
     assert 0 < report["rules"]["oracle (context)"]["savings"] < 1
+    # Every probe after `settle` is right, so knowing the target saves at least as much.
+    target = report["rules"]["target oracle (context)"]
+    assert target["accuracy"] == 1.0 and target["savings"] >= report["rules"]["oracle (context)"]["savings"]
+    assert report["token_breakdown"]["finished, right"]["token_share"] == 1.0
     assert (tmp_path / "p.png").stat().st_size > 0
 
 

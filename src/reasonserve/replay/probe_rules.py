@@ -16,7 +16,7 @@ from reasonserve.certainindex.probe_consistency import ProbeConsistency
 from reasonserve.certainindex.tv_stability import TVStability
 from reasonserve.replay.probe_runs import Trajectory
 
-__all__ = ["OracleRule", "TVRule", "WindowRule", "evaluate"]
+__all__ = ["OracleRule", "TVRule", "TargetOracleRule", "WindowRule", "evaluate"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,6 +95,25 @@ class OracleRule:
                 break
             start = i
         return None if start is None else (start, tr.final_class)
+
+
+@dataclass(frozen=True, slots=True)
+class TargetOracleRule:
+    """For context only: the most any rule could save, knowing the right answer.
+
+    Exits at the first probe whose answer is correct; a trajectory whose final answer
+    is wrong and whose probes never are exits at its first probe (nothing to lose).
+    """
+
+    name: str = "target oracle"
+
+    def first_stop(self, tr: Trajectory) -> tuple[int, int] | None:
+        for i, cid in enumerate(tr.raw_classes):
+            if cid >= 0 and tr.class_correct[cid]:
+                return i, cid
+        if tr.final_correct:
+            return None
+        return next(((i, c) for i, c in enumerate(tr.raw_classes) if c >= 0), None)
 
 
 def evaluate(rule, trajectories: Sequence[Trajectory]) -> Outcome:

@@ -42,6 +42,7 @@ class Trajectory:
     class_correct: tuple[bool, ...]  # per class id: does it match the target?
     run_at: tuple[int, ...]  # after probe i: length of the run of the latest counted answer
     current_at: tuple[int, ...]  # after probe i: class of the latest counted answer (-1: none)
+    finished: bool | None = None  # ended on its own (False: hit the token budget; None: not recorded)
 
 
 def _read_probes(path: pathlib.Path) -> dict[tuple[str, str, str], list[dict]]:
@@ -83,6 +84,7 @@ def _trajectory(run: str, label: dict, probes: list[dict], gate: ProbeConsistenc
         class_correct=correct,
         run_at=run_at,
         current_at=current_at,
+        finished=None if label.get("finished_naturally") is None else bool(label["finished_naturally"]),
     )
 
 

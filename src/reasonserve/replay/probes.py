@@ -19,10 +19,10 @@ from reasonserve.certainindex.calibration import choose, cross_validate
 from reasonserve.certainindex.probe_consistency import PRESETS
 from reasonserve.core.errors import InvalidArgumentError
 from reasonserve.replay import _report
-from reasonserve.replay.probe_rules import OracleRule, TVRule, WindowRule, evaluate
+from reasonserve.replay.probe_rules import OracleRule, TargetOracleRule, TVRule, WindowRule, evaluate
 from reasonserve.replay.probe_runs import Trajectory, load_run
 
-__all__ = ["calibration_candidates", "replay_probes", "run_folders"]
+__all__ = ["calibration_candidates", "replay_probes", "run_folders", "token_breakdown"]
 
 SWEEP = (2, 3, 5, 8, 12, 16, 24, 32, 48)
 
@@ -59,6 +59,18 @@ def _folds(trajs: list[Trajectory]) -> list[list[Trajectory]]:
     return [f for f in folds if f]
 
 
+def token_breakdown(trajs: Sequence[Trajectory]) -> dict[str, dict]:
+    """Where the baseline's tokens go: by how each trajectory ended and whether it is right."""
+    total = sum(t.tokens_used for t in trajs) or 1
+    kinds: dict[str, list[Trajectory]] = defaultdict(list)
+    for t in trajs:
+        ended = {True: "finished", False: "hit the budget", None: "end not recorded"}[t.finished]
+        kinds[f"{ended}, {'right' if t.final_correct else 'wrong'}"].append(t)
+    return {name: {"trajectories": len(ts), "token_share": sum(t.tokens_used for t in ts) / total,
+                   "mean_tokens": sum(t.tokens_used for t in ts) / len(ts)}
+            for name, ts in sorted(kinds.items())}  # fmt: skip
+
+
 def replay_probes(folders: Sequence[pathlib.Path], *, tolerance: float = 0.005) -> dict:
     """Replay probe-run folders (see module docstring)."""
     trajs = [t for f in folders for t in load_run(f)]
@@ -83,6 +95,7 @@ def replay_trajectories(
     sweep = [(r.name, evaluate(r, trajs)) for r in rules]
     rows = [("full trajectories (baseline)", base), *[(n, evaluate(r, trajs)) for n, r in presets], *sweep,
             *[(r.name, evaluate(r, trajs)) for r in tv], ("oracle (context)", evaluate(OracleRule(), trajs)),
+            ("target oracle (context)", evaluate(TargetOracleRule(), trajs)),
             ("calibrated, out-of-sample", calibrated)]  # fmt: skip
     return {
         **calibrated.as_dict(),
@@ -95,6 +108,7 @@ def replay_trajectories(
         "chosen_in_sample": chosen_in_sample.as_dict(),
         "fold_outcomes": [o.as_dict() for o in cv.fold_outcomes],
         "rules": {name: o.as_dict() for name, o in rows},
+        "token_breakdown": token_breakdown(trajs),
         "_rows": rows,
         "_sweep": sweep,
     }
@@ -107,6 +121,9 @@ def print_and_save(report: dict, *, json_path: str | None, png_path: str | None,
                             f"{len(report['runs'])} runs", rows, "tokens") + "\n")  # fmt: skip
     out.write(f"calibrated choice per held-out fold: {report['chosen_per_fold']}\n")
     out.write(f"setting chosen on all {report['trajectories']} trajectories: {report['chosen']}\n")
+    out.write("baseline tokens by outcome: " + "; ".join(
+        f"{k}: {v['trajectories']} traj, {100 * v['token_share']:.1f}% of tokens"
+        for k, v in report["token_breakdown"].items()) + "\n")  # fmt: skip
     if json_path:
         _report.write_json(json_path, report)
     if png_path:

@@ -22,6 +22,7 @@ from reasonserve.certainindex.equivalence import equivalent, group_answers
 from reasonserve.certainindex.semantic_entropy import SemanticEntropy
 from reasonserve.core.errors import InvalidArgumentError
 from reasonserve.replay import _report
+from reasonserve.replay.sc_signals import signal_correlations
 
 __all__ = ["SCQuestion", "SCRule", "load_samples", "make_question", "replay_sc"]
 
@@ -32,11 +33,11 @@ class SCQuestion:
     classes: tuple[int, ...]  # per sample, -1 = no answer
     class_correct: tuple[bool, ...]
     rewards: tuple[float, ...]  # per sample, NaN when missing
+    lengths: tuple[float, ...] = ()  # per sample (tokens, else words), NaN when missing; () = none
 
 
-def _reward(value) -> float:
-    if isinstance(value, list):
-        value = value[-1] if value else None
+def _number(value) -> float:
+    """A finite float, else NaN (missing, malformed, NaN/inf)."""
     try:
         x = float(value)
     except (TypeError, ValueError):
@@ -44,12 +45,32 @@ def _reward(value) -> float:
     return x if math.isfinite(x) else math.nan
 
 
-def make_question(qid: str, answers: list[str | None], rewards: list[float], gold: str) -> SCQuestion:
+def _reward(value) -> float:
+    """A sample's reward; a list of step scores counts by its last step."""
+    if isinstance(value, list):
+        value = value[-1] if value else None
+    return _number(value)
+
+
+def make_question(
+    qid: str, answers: list[str | None], rewards: list[float], gold: str, lengths: list[float] | None = None
+) -> SCQuestion:
     """Group a question's answers by equivalence and grade each group against ``gold``."""
     classes = group_answers(answers)
     reps = {c: a for c, a in zip(classes, answers, strict=True) if c >= 0}
     correct = tuple(equivalent(reps[c], gold) for c in range(len(reps)))
-    return SCQuestion(qid, tuple(classes), correct, tuple(rewards))
+    if lengths is not None and len(lengths) != len(answers):
+        raise InvalidArgumentError(f"question {qid}: {len(lengths)} lengths for {len(answers)} answers")
+    return SCQuestion(qid, tuple(classes), correct, tuple(rewards), tuple(lengths or ()))
+
+
+def _lengths(row: dict, n: int) -> list[float] | None:
+    """Per-sample length: recorded ``tokens``, else whitespace words of ``response``."""
+    if isinstance(row.get("tokens"), list) and len(row["tokens"]) == n:
+        return [_number(t) for t in row["tokens"]]
+    if isinstance(row.get("response"), list) and len(row["response"]) == n:
+        return [float(len(r.split())) if isinstance(r, str) else math.nan for r in row["response"]]
+    return None
 
 
 def load_samples(path: str | pathlib.Path) -> list[SCQuestion]:
@@ -63,7 +84,8 @@ def load_samples(path: str | pathlib.Path) -> list[SCQuestion]:
             preds = [p if isinstance(p, str) else None for p in row["pred"]]
             scores = row.get("pred_score") or [None] * len(preds)
             rewards = [_reward(s) for s in scores]
-            out.append(make_question(str(row.get("idx", line_no)), preds, rewards, str(row["gt"])))
+            lengths = _lengths(row, len(preds))
+            out.append(make_question(str(row.get("idx", line_no)), preds, rewards, str(row["gt"]), lengths))
     return out
 
 
@@ -189,9 +211,21 @@ def replay_questions(questions: Sequence[SCQuestion], *, source: str, tolerance:
         named.append((f"reward >= median ({median:.3g}) at 1, else 2 agree",
                       SCRule(agree=2, reward_gate=median)))  # fmt: skip
     rows = [(n, evaluate(r, questions)) for n, r in named] + [("calibrated, out-of-sample", cv.pooled)]
+    knob = max(1, min(4, min(len(q.classes) for q in questions) - 1))
+    correlations = [c.as_dict() for c in signal_correlations(questions, knob=knob)]
     return {**cv.pooled.as_dict(), "file": source, "questions": len(questions), "unit": unit,
             "tolerance": tolerance, "chosen_per_fold": [c.name for c in cv.choices], "chosen": chosen.name,
-            "rules": {n: o.as_dict() for n, o in rows}, "_rows": rows}  # fmt: skip
+            "rules": {n: o.as_dict() for n, o in rows},
+            "signal_correlations": {"knob": knob, "signals": correlations}, "_rows": rows}  # fmt: skip
+
+
+def _correlation_table(corr: dict, unit: str) -> str:
+    lines = [f"signals at {corr['knob']} {unit} vs mean {unit} to solve (solvable questions):",
+             "| signal | Pearson | Kendall tau-b | questions |", "|---|---|---|---|"]  # fmt: skip
+    for c in corr["signals"]:
+        fmt = [("-" if v is None else f"{v:+.3f}") for v in (c["pearson"], c["kendall"])]
+        lines.append(f"| {c['signal']} | {fmt[0]} | {fmt[1]} | {c['questions']} |")
+    return "\n".join(lines)
 
 
 def print_and_save(report: dict, *, json_path: str | None, png_path: str | None, out) -> None:
@@ -201,6 +235,7 @@ def print_and_save(report: dict, *, json_path: str | None, png_path: str | None,
                             rows, unit) + "\n")  # fmt: skip
     out.write(f"calibrated choice per held-out fold: {report['chosen_per_fold']}\n")
     out.write(f"setting chosen on all {report['questions']} questions: {report['chosen']}\n")
+    out.write(_correlation_table(report["signal_correlations"], unit) + "\n")
     if json_path:
         _report.write_json(json_path, report)
     if png_path:
