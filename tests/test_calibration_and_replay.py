@@ -14,7 +14,7 @@ from reasonserve.certainindex.calibration import Outcome, choose, cross_validate
 from reasonserve.cli import main
 from reasonserve.core import InvalidArgumentError
 from reasonserve.replay import probes, sc
-from reasonserve.replay.probe_rules import OracleRule, TargetOracleRule, WindowRule, evaluate
+from reasonserve.replay.probe_rules import OracleRule, TargetOracleRule, TokenWindowRule, WindowRule, evaluate
 from reasonserve.replay.probe_runs import Trajectory, _runs, load_run
 
 
@@ -81,6 +81,21 @@ def test_target_oracle_knows_the_right_answer():
     assert out.correct == 2 and out.cost == 192 + 128 + 300
 
 
+def test_token_window_means_the_same_span_at_any_probe_interval():
+    classes = [1, 1, 0, 0, 0, 0, 0, 0]
+    tr64 = _trajectory(classes, [64 * (i + 1) for i in range(8)], 0, (True, False))
+    tr128 = _trajectory(classes, [128 * (i + 1) for i in range(8)], 0, (True, False))
+    assert tr64.probe_interval() == 64 and tr128.probe_interval() == 128
+    assert TokenWindowRule(256).first_stop(tr64) == (5, 0)  # 4 agreeing probes
+    assert TokenWindowRule(256).first_stop(tr128) == (1, 1)  # 2 probes: the opening answer already held 256
+    assert TokenWindowRule(384).first_stop(tr64) == (7, 0)  # 6 agreeing probes
+    assert TokenWindowRule(384).first_stop(tr128) == (4, 0)  # 3 agreeing probes
+    # A recorded interval wins over the positions: 256 tokens of 32-token probes = 8 probes.
+    assert TokenWindowRule(256).first_stop(dataclasses.replace(tr64, interval=32)) is None
+    assert TokenWindowRule(256, min_tokens=448).first_stop(tr64) == (6, 0)
+    assert TokenWindowRule(1).first_stop(tr64) == (0, 1)
+
+
 def test_token_breakdown_shares_sum_to_one():
     a = _trajectory([0], [64], 0, (True,), tokens=100)
     b = dataclasses.replace(_trajectory([0], [64], 0, (False,), tokens=300), finished=False)
@@ -117,6 +132,9 @@ def test_replay_probes_on_synthetic_runs(tmp_path):
         _write_probe_run(tmp_path / "probes" / name, seed=i)
     trajs = load_run(tmp_path / "probes" / "m1__math500__seed_1")
     assert len(trajs) == 12 and all(t.final_correct for t in trajs)
+    assert {t.interval for t in trajs} == {0} and {t.probe_interval() for t in trajs} == {64}  # meta: {}
+    (tmp_path / "probes" / "m1__amc23__seed_2" / "meta.json").write_text('{"probe_interval_tokens": 128}')
+    assert {t.interval for t in load_run(tmp_path / "probes" / "m1__amc23__seed_2")} == {128}
     out = tmp_path / "report.json"
     assert main(["replay", "probes", "--data", str(tmp_path), "--json", str(out), "--png", str(tmp_path / "p.png")]) == 0
     report = json.loads(out.read_text())

@@ -82,7 +82,8 @@ def trace_trajectory(key, run: str, text: str, final_answer: str | None, target:
     run_at, current_at = _runs(counted)
     return Trajectory(key, run, target, len(token_ends), final_cid,
                       bool(final_answer) and equivalent(final_answer, target), False, tuple(positions),
-                      tuple(counted), tuple(counted), correct, run_at, current_at)  # fmt: skip
+                      tuple(counted), tuple(counted), correct, run_at, current_at,
+                      interval=interval_tokens)  # fmt: skip
 
 
 def _rows(path: pathlib.Path):

@@ -16,7 +16,7 @@ from reasonserve.certainindex.probe_consistency import ProbeConsistency
 from reasonserve.certainindex.tv_stability import TVStability
 from reasonserve.replay.probe_runs import Trajectory
 
-__all__ = ["OracleRule", "TVRule", "TargetOracleRule", "WindowRule", "evaluate"]
+__all__ = ["OracleRule", "TVRule", "TargetOracleRule", "TokenWindowRule", "WindowRule", "evaluate"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +52,27 @@ class WindowRule:
             if last >= 0 and tr.positions[i] >= self.min_tokens and est.should_stop(certainty):
                 return i, last
         return None
+
+
+@dataclass(frozen=True, slots=True)
+class TokenWindowRule:
+    """Stop when the latest answer has held for ``tokens`` tokens of probes.
+
+    The window in probes is ``ceil(tokens / probe interval)`` for each trajectory, so a
+    setting chosen on 64-token probes means the same span of reasoning on 32- or
+    128-token probes (a window counted in probes would not).
+    """
+
+    tokens: int
+    min_tokens: int = 0
+
+    @property
+    def name(self) -> str:
+        return f"agree {self.tokens} tok" + (f", min {self.min_tokens} tok" if self.min_tokens else "")
+
+    def first_stop(self, tr: Trajectory) -> tuple[int, int] | None:
+        need = max(1, -(-self.tokens // tr.probe_interval()))
+        return WindowRule(need, 1.0, self.min_tokens).first_stop(tr)
 
 
 @dataclass(frozen=True, slots=True)

@@ -43,6 +43,14 @@ class Trajectory:
     run_at: tuple[int, ...]  # after probe i: length of the run of the latest counted answer
     current_at: tuple[int, ...]  # after probe i: class of the latest counted answer (-1: none)
     finished: bool | None = None  # ended on its own (False: hit the token budget; None: not recorded)
+    interval: int = 0  # tokens between probes (0: not recorded; see probe_interval())
+
+    def probe_interval(self) -> int:
+        """Tokens between probes: recorded, else the smallest gap between probe positions."""
+        if self.interval > 0:
+            return self.interval
+        gaps = [b - a for a, b in zip(self.positions, self.positions[1:], strict=False) if b > a]
+        return min(gaps) if gaps else (self.positions[0] if self.positions and self.positions[0] > 0 else 1)
 
 
 def _read_probes(path: pathlib.Path) -> dict[tuple[str, str, str], list[dict]]:
@@ -56,7 +64,9 @@ def _read_probes(path: pathlib.Path) -> dict[tuple[str, str, str], list[dict]]:
     return rows
 
 
-def _trajectory(run: str, label: dict, probes: list[dict], gate: ProbeConsistency) -> Trajectory:
+def _trajectory(
+    run: str, label: dict, probes: list[dict], gate: ProbeConsistency, interval: int
+) -> Trajectory:
     classes = AnswerClasses()
     raw, counted, positions = [], [], []
     for row in probes:
@@ -85,6 +95,7 @@ def _trajectory(run: str, label: dict, probes: list[dict], gate: ProbeConsistenc
         run_at=run_at,
         current_at=current_at,
         finished=None if label.get("finished_naturally") is None else bool(label["finished_naturally"]),
+        interval=interval,
     )
 
 
@@ -111,6 +122,7 @@ def load_run(folder: str | pathlib.Path, *, gate: ProbeConsistency | None = None
         if not (root / name).is_file():
             raise InvalidArgumentError(f"{root} is not a probe run: {name} is missing")
     gate = gate or ProbeConsistency()
+    interval = _recorded_interval(root / "meta.json")
     probes = _read_probes(root / "probes.csv.gz")
     out = []
     with open(root / "labels.jsonl", encoding="utf-8") as fh:
@@ -118,5 +130,14 @@ def load_run(folder: str | pathlib.Path, *, gate: ProbeConsistency | None = None
             label = json.loads(line)
             key = (str(label["dataset"]), str(label["problem_id"]), str(label["rollout_id"]))
             rows = [r for r in probes.get(key, []) if int(r["token_position"]) <= int(label["tokens_used"])]
-            out.append(_trajectory(root.name, label, rows, gate))
+            out.append(_trajectory(root.name, label, rows, gate, interval))
     return out
+
+
+def _recorded_interval(meta: pathlib.Path) -> int:
+    """``probe_interval_tokens`` from ``meta.json`` (0 when absent or malformed)."""
+    try:
+        value = json.loads(meta.read_text(encoding="utf-8")).get("probe_interval_tokens", 0)
+    except (OSError, ValueError, AttributeError):
+        return 0
+    return value if isinstance(value, int) and value > 0 else 0
