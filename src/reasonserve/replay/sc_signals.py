@@ -78,8 +78,8 @@ def _solvable(q: SCQuestion) -> bool:
 def _signals(q: SCQuestion, knob: int) -> dict[str, float]:
     head = range(knob)
     out = {"semantic entropy": 1.0 - SemanticEntropy().score([q.classes[i] for i in head])}
-    # A signal counts for a question only when every sample has it, so that each
-    # order averages the same kind of value.
+    # A signal counts for a question only when every sample records it, so a question
+    # never mixes recorded and missing values.
     if q.lengths and not any(math.isnan(x) for x in q.lengths):
         out["mean length"] = sum(q.lengths[i] for i in head) / len(head)
     if q.rewards and not any(math.isnan(x) for x in q.rewards):
