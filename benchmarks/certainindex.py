@@ -29,7 +29,7 @@ from reasonserve.certainindex.equivalence import _parsed
 TYPICAL = [(r"\frac{1}{2}", "0.5"), ("3", "3"), ("p-q", "p - q"), (r"2\sqrt{3}", r"\sqrt{12}"),
            ("(3,4)", "(3, 4)"), ("x^2+1", "1+x^2"), ("12", "13"), (r"\pi", "3.14159")]  # fmt: skip
 HOSTILE = ["9" * 100_000, "{" * 50_000, "10^10^10^10", "(" * 400, "__import__('os').system('x')",
-           "\\frac" * 5000, "x^" * 190 + "2"]  # fmt: skip
+           "\\frac" * 5000, "x^" * 190 + "2", ",".join(str(i) for i in range(180))]  # fmt: skip
 
 
 def entropy_bench() -> dict:
@@ -70,7 +70,8 @@ def equivalence_bench(data: pathlib.Path) -> dict:
         compare_answers(a, b)
         cold.append(time.perf_counter() - t)
     warm = [median_s(lambda a=a, b=b: compare_answers(a, b), repeats=5) for a, b in pairs[:500]]
-    worst = max(median_s(lambda h=h: compare_answers(h, "5"), repeats=3) for h in HOSTILE)
+    worst = max(median_s(lambda h=h, o=o: compare_answers(h, o), repeats=3)
+                for h in HOSTILE for o in ("5", ",".join(f"{x}+0" for x in h.split(",")[::-1])))  # fmt: skip
     return {"pairs": len(pairs), "source": "recorded probes vs targets" if len(pairs) != len(TYPICAL) * 50
             else "built-in typical pairs", "median_cold_us": statistics.median(cold) * 1e6,
             "p99_cold_us": sorted(cold)[int(0.99 * len(cold))] * 1e6,

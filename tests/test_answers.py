@@ -51,6 +51,12 @@ def test_probe_answer_is_text_up_to_first_unmatched_brace():
         ("{5}", "5"),
         ("３", "3"),  # fullwidth digit (unicode confusable) folds to ASCII
         (r"\left( 3, \frac{\pi}{2} \right)", r"(3,\frac{\pi}{2})"),
+        (r"\begin{pmatrix} 1 \\ 2 \end{pmatrix}", r"\begin{pmatrix}1\\2\end{pmatrix}"),  # row break kept
+        (r"x \rightarrow \infty", r"x\rightarrow\infty"),  # \right only as a sizing command
+        (r"x \in (0, 1]", "(0,1]"),
+        (r"\( \sqrt{53} \)", r"\sqrt{53}"),  # inline-math delimiters
+        (r"\[ \frac{1}{2} \]", r"\frac{1}{2}"),
+        (r"12^{\text{th}}", "12"),  # ordinal suffix
         (None, ""),
     ],
 )

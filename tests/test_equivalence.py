@@ -17,10 +17,22 @@ EQUAL = [
     ("1,000", "1000"), ("3.0", "3"), (r"\infty", r"\infty"), (r"\text{Evelyn}", "Evelyn"),
     (r"\frac{\sqrt{3}}{3}", r"\frac{1}{\sqrt{3}}"), ("[1, 2)", "[1,2)"), ("10^{2}", "100"),
     ("30^\\circ", "30"), ("1.00001", "1"),
+    # forms seen in the recorded MATH-500 runs: matrices spaced or not, fractions in cells,
+    # "x \in" before an interval, base subscripts, capitalized words
+    (r"\begin{pmatrix} -2 \\ -14 \\ -7 \end{pmatrix}", r"\begin{pmatrix}-2\\-14\\-7\end{pmatrix}"),
+    (r"\begin{pmatrix} -1/3 \\ 2/3 \end{pmatrix}", r"\begin{pmatrix}-\frac{1}{3}\\\frac{2}{3}\end{pmatrix}"),
+    (r"\begin{pmatrix} -1 & 0 \\ 0 & -1 \end{pmatrix}", r"\begin{bmatrix}-1&0\\0&-1\\\end{bmatrix}"),
+    (r"x \in [-2,7]", "[-2,7]"), ("4210_{5}", "4210_5"), ("4210_{5}", "4210"), (r"\text{east}", "East"),
+    ("(2,4)", r"(2,\,4)"), (r"\frac{11+9a}{20}", r"\frac{9a+11}{20}"), ("1,-2", "-2, 1"), ("1,2,2", "2,1,2"),
 ]  # fmt: skip
 DIFFERENT = [
     ("50", "0.5"), ("[1,2)", "[1,2]"), ("(1,2)", "(2,1)"), ("2x", "3x"), ("A", "B"), ("1", "(1,2)"),
     ("x^2", "x^3"), ("1.001", "1"), (r"\frac{1}{3}", "0.33"), ("", ""), (None, "1"), ("A", "1"),
+    (r"\begin{pmatrix}-1&0\\0&-1\end{pmatrix}", r"\begin{pmatrix}-1&0\\0&1\end{pmatrix}"),
+    (r"\begin{pmatrix}1\\2\end{pmatrix}", r"\begin{pmatrix}1&2\end{pmatrix}"),
+    (r"\begin{vmatrix}1&2\\3&4\end{vmatrix}", r"\begin{pmatrix}1&2\\3&4\end{pmatrix}"),
+    (r"\begin{pmatrix}1\\2\end{pmatrix}", "(1,2)"), ("4210_6", "4210_5"), ("4250", "4210_5"), ("10_2", "2"),
+    ("east", "seat"), ("1,-2", "(-2,1)"), ("1,2,2", "1,1,2"), ("Monday", "Tuesday"), ("(2,\\infty)", "[2,\\infty)"), ("100", "1"),
 ]  # fmt: skip
 
 
@@ -52,6 +64,17 @@ def test_hostile_strings_never_execute_or_hang(tmp_path):
             assert compare_answers(h, other) in (Verdict.EQUAL, Verdict.DIFFERENT, Verdict.UNKNOWN)
     assert not marker.exists()
     assert not pathlib.Path(os.getcwd(), "pwned").exists()
+
+
+def test_bare_lists_match_in_any_order_and_long_ones_stay_bounded():
+    items = [f"\\frac{{{i}}}{{7}}" for i in range(1, 60)]
+    shuffled = items[::-1]
+    assert equivalent(",".join(items), ",".join(shuffled))
+    assert not equivalent(",".join(items), ",".join([*shuffled[:-1], "x"]))
+    assert not equivalent(",".join(items), "(" + ",".join(shuffled) + ")")  # a tuple is ordered
+    # under the 1,000-character cap, but ~16k pairwise value checks: bounded by the deadline
+    numbers, sums = [str(i) for i in range(180)], [f"{i}+0" for i in reversed(range(180))]
+    assert compare_answers(",".join(numbers), ",".join(sums)) in (Verdict.EQUAL, Verdict.UNKNOWN)
 
 
 def test_power_towers_are_float_overflow_not_bignums():

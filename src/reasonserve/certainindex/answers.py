@@ -41,6 +41,11 @@ _UNITS = (
 )
 _TRAILING_UNITS = re.compile(rf"(?:\s*(?:{_UNITS})\b\.?)+\s*$", re.IGNORECASE)
 _TEXT_CMD = re.compile(r"\\(?:text|textbf|textit|mathrm|mathbf|mbox|operatorname)\s*\{([^{}]*)\}")
+_MATH_DELIMITERS = re.compile(r"^\\\((.*)\\\)$|^\\\[(.*)\\\]$", re.DOTALL)  # \( x \), \[ x \]
+_ORDINAL = re.compile(r"(\d)\s*\^\s*\{\s*(?:\\text\s*\{)?(?:st|nd|rd|th)\}?\s*\}")  # 12^{\text{th}}
+# LaTeX spacing and sizing commands to drop. A row break (two backslashes) is matched
+# first and kept, so that "a <row break> b" does not lose a backslash to a control space.
+_SPACING = re.compile(r"\\\\|\\(?:(?:left|right|displaystyle)(?![a-zA-Z])|[!,;:\s])")
 _THOUSANDS = re.compile(r"^-?\d{1,3}(?:,\d{3})+(?:\.\d+)?$")
 
 
@@ -159,10 +164,12 @@ def _normalize_cached(answer: str) -> str:
 def _normalize(answer: str) -> str:
     """A canonical string form of an answer (empty for None).
 
-    Unicode NFKC (confusable digits and letters fold to ASCII forms), LaTeX spacing and
-    sizing commands dropped, ``\\text{}`` unwrapped, ``\\dfrac``/``\\tfrac`` -> ``\\frac``,
-    degrees, ``%``, dollar signs and trailing unit words removed, thousands separators
-    and trailing ``.0`` dropped, ``x = 5`` -> ``5``, spaces removed.
+    Unicode NFKC (confusable digits and letters fold to ASCII forms), ``$``, ``\\(...\\)``
+    and ``\\[...\\]`` delimiters and ordinal suffixes (``12^{th}``) dropped, LaTeX spacing
+    and sizing commands dropped (row breaks kept), ``\\text{}`` unwrapped,
+    ``\\dfrac``/``\\tfrac`` -> ``\\frac``, degrees, ``%`` and trailing unit words removed,
+    thousands separators and trailing ``.0`` dropped, ``x = 5`` and ``x \\in [a,b]`` -> the
+    right-hand side, spaces removed.
     """
     if answer is None:
         return ""
@@ -170,13 +177,16 @@ def _normalize(answer: str) -> str:
     if len(s) > MAX_ANSWER_CHARS:
         return s
     s = s.strip("$").strip()
-    s = re.sub(r"\\(?:left|right|displaystyle|!|,|;|:|\s)", "", s)
+    s = _MATH_DELIMITERS.sub(lambda m: m.group(1) or m.group(2) or "", s).strip()
+    s = _ORDINAL.sub(r"\1", s)
+    s = _SPACING.sub(lambda m: m.group(0) if m.group(0) == "\\\\" else "", s)
     s = s.replace("\\dfrac", "\\frac").replace("\\tfrac", "\\frac").replace("\\$", "")
     s = re.sub(r"\^\s*\{?\\circ\}?|°|\\degree", "", s)
     s = s.replace("\\%", "").replace("%", "")
     s = _unwrap_text_commands(s)
     s = _TRAILING_UNITS.sub("", s) if re.search(r"\d", s) else s
-    s = re.sub(r"^[a-zA-Z]\s*=\s*(?=\S)", "", s)  # "x = 5" -> "5"
+    # "x = 5" -> "5"; "x \in [a,b]" -> "[a,b]"
+    s = re.sub(r"^[a-zA-Z]\s*(?:=|\\in(?![a-zA-Z]))\s*(?=\S)", "", s)
     s = _strip_outer(s.strip())
     s = s.rstrip(".").strip()
     s = re.sub(r"\s+", "", s)

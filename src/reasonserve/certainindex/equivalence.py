@@ -4,10 +4,18 @@ Cascade, after :func:`normalize_answer` on both sides:
 
 1. string equality;
 2. multiple-choice letters (``(C)``, ``C``, ``\\text{C}``);
-3. tuples and intervals, element by element (bracket kinds must agree);
-4. numbers, relative tolerance 1e-4 (``50%`` also matches ``0.5`` when one side
+3. words (four or more letters and nothing else, e.g. ``\\text{East}``): equal when
+   equal ignoring case, never compared as products of variables (``east`` is not
+   ``seat``);
+4. numerals with a base subscript (``4210_{5}``, ``4210_5``): the digits must agree, and
+   the bases when both sides give one (the question fixes the base);
+5. matrices (``pmatrix``, ``bmatrix``, ``Bmatrix``, ``matrix``; ``vmatrix``/``Vmatrix``
+   only with their own kind), cell by cell, same shape;
+6. tuples and intervals, element by element (bracket kinds must agree); a bare list
+   (``1, -2``, the solutions of an equation) in any order, never equal to a bracketed one;
+7. numbers, relative tolerance 1e-4 (``50%`` also matches ``0.5`` when one side
    carried a percent sign);
-5. symbolic equality: both sides parsed by the restricted parser of ``_mathexpr`` and
+8. symbolic equality: both sides parsed by the restricted parser of ``_mathexpr`` and
    evaluated at fixed pseudo-random points of their variables.
 
 Each comparison runs under a deadline (default 100 ms) and size limits; when a limit
@@ -36,6 +44,10 @@ REL_TOL = 1e-4
 _SYMBOLIC_POINTS = 6
 _MC = re.compile(r"^\(?([A-Ea-e])\)?$")
 _BRACKETS = {"(": ")", "[": "]"}
+_WORD = re.compile(r"^[A-Za-z]{4,}$")
+_BASE_NUMERAL = re.compile(r"^([0-9A-Z]+)(?:_\{?(\d{1,2})\}?)?$")
+_MATRIX = re.compile(r"^\\begin\{([pbBvV]?matrix)\}(.*)\\end\{\1\}$", re.DOTALL)
+_PLAIN_MATRIX_KINDS = {"matrix", "pmatrix", "bmatrix", "Bmatrix"}
 
 
 class Verdict(enum.Enum):
@@ -74,12 +86,70 @@ def _compare(na: str, nb: str, deadline: float, percent: bool) -> Verdict:
         if ma and mb:
             return Verdict.EQUAL if ma.group(1).upper() == mb.group(1).upper() else Verdict.DIFFERENT
         return Verdict.DIFFERENT
+    wa, wb = _WORD.match(na), _WORD.match(nb)
+    if wa or wb:
+        return Verdict.EQUAL if wa and wb and na.casefold() == nb.casefold() else Verdict.DIFFERENT
+    if "_" in na or "_" in nb:
+        based = _compare_base_numerals(na, nb)
+        if based is not None:
+            return based
+    xa, xb = _MATRIX.match(na), _MATRIX.match(nb)
+    if xa or xb:
+        return _compare_matrices(xa, xb, deadline, percent)
     la, lb = _split_list(na), _split_list(nb)
     if la is not None or lb is not None:
         return _compare_lists(la, lb, deadline, percent)
     if "=" in na or "=" in nb:
         return _compare_equations(na, nb, deadline, percent)
     return _compare_values(na, nb, deadline, percent)
+
+
+def _compare_base_numerals(na: str, nb: str) -> Verdict | None:
+    """``4210_{5}`` against ``4210_5`` or ``4210``; None when neither side is such a numeral."""
+    ma, mb = _BASE_NUMERAL.match(na), _BASE_NUMERAL.match(nb)
+    if not (ma and mb) or (ma.group(2) is None and mb.group(2) is None):
+        return None
+    if not all(_valid_numeral(m.group(1), m.group(2)) for m in (ma, mb)):
+        return None
+    same_base = ma.group(2) is None or mb.group(2) is None or int(ma.group(2)) == int(mb.group(2))
+    return Verdict.EQUAL if same_base and ma.group(1) == mb.group(1) else Verdict.DIFFERENT
+
+
+def _valid_numeral(digits: str, base: str | None) -> bool:
+    if base is None:
+        return True
+    b = int(base)
+    return 2 <= b <= 36 and all(int(d, 36) < b for d in digits)
+
+
+def _matrix_cells(body: str) -> list[list[str]]:
+    rows = body.split("\\\\")
+    if rows and rows[-1] == "":  # a trailing row break
+        rows.pop()
+    return [row.split("&") for row in rows]
+
+
+def _compare_matrices(xa, xb, deadline: float, percent: bool) -> Verdict:
+    if xa is None or xb is None:
+        return Verdict.DIFFERENT
+    ka, kb = xa.group(1), xb.group(1)
+    if ka != kb and not (ka in _PLAIN_MATRIX_KINDS and kb in _PLAIN_MATRIX_KINDS):
+        return Verdict.DIFFERENT
+    ca, cb = _matrix_cells(xa.group(2)), _matrix_cells(xb.group(2))
+    if [len(r) for r in ca] != [len(r) for r in cb]:
+        return Verdict.DIFFERENT
+    verdicts = [
+        _compare(x, y, deadline, percent) if x and y else Verdict.UNKNOWN
+        for ra, rb in zip(ca, cb, strict=True)
+        for x, y in zip(ra, rb, strict=True)
+    ]
+    return _all_equal(verdicts)
+
+
+def _all_equal(verdicts: list[Verdict]) -> Verdict:
+    if all(v is Verdict.EQUAL for v in verdicts):
+        return Verdict.EQUAL
+    return Verdict.UNKNOWN if Verdict.UNKNOWN in verdicts else Verdict.DIFFERENT
 
 
 def _split_list(s: str) -> tuple[str, str, list[str]] | None:
@@ -111,10 +181,29 @@ def _compare_lists(la, lb, deadline: float, percent: bool) -> Verdict:
     (oa, ca, pa), (ob, cb, pb) = la, lb
     if len(pa) != len(pb) or ((oa, ca) != (ob, cb) and (oa or ob)):
         return Verdict.DIFFERENT
-    verdicts = [_compare(x, y, deadline, percent) for x, y in zip(pa, pb, strict=True)]
-    if all(v is Verdict.EQUAL for v in verdicts):
+    ordered = _all_equal([_compare(x, y, deadline, percent) for x, y in zip(pa, pb, strict=True)])
+    if ordered is Verdict.EQUAL or oa:
+        return ordered
+    return _compare_unordered(pa, pb, deadline, percent)
+
+
+def _compare_unordered(pa: list[str], pb: list[str], deadline: float, percent: bool) -> Verdict:
+    """A bare list (``1, -2``: the solutions of an equation) matches in any order."""
+    if sorted(pa) == sorted(pb):  # same strings reordered: no pairwise checks needed
         return Verdict.EQUAL
-    return Verdict.UNKNOWN if Verdict.UNKNOWN in verdicts else Verdict.DIFFERENT
+    left, unknown = list(pb), False
+    for x in pa:
+        for j, y in enumerate(left):
+            if time.monotonic() > deadline:
+                return Verdict.UNKNOWN
+            verdict = _compare(x, y, deadline, percent)
+            if verdict is Verdict.EQUAL:
+                del left[j]
+                break
+            unknown = unknown or verdict is Verdict.UNKNOWN
+        else:
+            return Verdict.UNKNOWN if unknown else Verdict.DIFFERENT
+    return Verdict.EQUAL
 
 
 def _compare_equations(na: str, nb: str, deadline: float, percent: bool) -> Verdict:
