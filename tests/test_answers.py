@@ -19,6 +19,10 @@ from reasonserve.certainindex import extract_answer, extract_boxed, extract_prob
         ("Therefore the answer is 42.", "42"),
         ("The answer is: $x^2$\nmore text", "x^2"),
         ("we get 3, then 4, then 1,000", "1,000"),
+        # "answer is" followed by a verdict is not an answer: fall back to the last number
+        ("so the answer is correct. The greater integer is indeed 18.", "18"),
+        ("The answer is indeed 18.", "18"),
+        ("The answer is right angle", "right angle"),
         ("no digits here", None),
         ("", None),
         (None, None),

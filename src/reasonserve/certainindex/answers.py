@@ -26,6 +26,7 @@ __all__ = [
     "extract_boxed",
     "extract_probe_answer",
     "normalize_answer",
+    "stated_answer",
 ]
 
 MAX_TEXT_CHARS = 200_000
@@ -46,6 +47,13 @@ _ORDINAL = re.compile(r"(\d)\s*\^\s*\{\s*(?:\\text\s*\{)?(?:st|nd|rd|th)\}?\s*\}
 # LaTeX spacing and sizing commands to drop. A row break (two backslashes) is matched
 # first and kept, so that "a <row break> b" does not lose a backslash to a control space.
 _SPACING = re.compile(r"\\\\|\\(?:(?:left|right|displaystyle)(?![a-zA-Z])|[!,;:\s])")
+# "the answer is indeed 18": adverbs before a stated answer, and verdicts that are not answers.
+_FILLER = re.compile(r"^(?:(?:indeed|definitely|clearly|actually|probably|likely|still|just|simply|"
+                     r"then|therefore|thus|now|also)\b[\s,:]*)+", re.IGNORECASE)  # fmt: skip
+_VERDICT = re.compile(r"^(?:(?:not\s+)?(?:correct|incorrect|right|wrong|valid|invalid|consistent|"
+                      r"inconsistent|confirmed|verified)\s*(?:[.,;:!?)]|$)|"
+                      r"(?:the\s+)?same\b|unchanged\b|as\s+follows\b)",
+                      re.IGNORECASE)  # fmt: skip
 _THOUSANDS = re.compile(r"^-?\d{1,3}(?:,\d{3})+(?:\.\d+)?$")
 
 
@@ -91,7 +99,17 @@ def _after_answer_is(text: str) -> str | None:
         return None
     tail = text[last.end() :].strip()
     line = re.split(r"\n|(?<!\d)\.(?!\d)|\.\s|\.$", tail, maxsplit=1)[0]
-    return line.strip().strip("$").strip() or None
+    return stated_answer(line)
+
+
+def stated_answer(statement: str) -> str | None:
+    """What follows "the answer is", or None when it is a verdict, not an answer.
+
+    Leading adverbs go (``indeed 18`` -> ``18``); ``correct``, ``wrong``, ``consistent``
+    and the like say something *about* an answer, so they yield None.
+    """
+    s = _FILLER.sub("", statement.strip()).strip().strip("$").strip()
+    return None if not s or _VERDICT.match(s) else s
 
 
 def extract_answer(text: str | None) -> str | None:

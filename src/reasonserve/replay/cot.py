@@ -25,7 +25,7 @@ import json
 import pathlib
 import re
 
-from reasonserve.certainindex.answers import extract_boxed, normalize_answer
+from reasonserve.certainindex.answers import extract_boxed, normalize_answer, stated_answer
 from reasonserve.certainindex.equivalence import AnswerClasses, equivalent
 from reasonserve.core.errors import InvalidArgumentError
 from reasonserve.replay.probe_runs import Trajectory, _runs
@@ -47,7 +47,7 @@ def _answers_by_end(text: str) -> list[tuple[int, str]]:
             found.append((end, inner))
         start = at + 6
     for m in _ANSWER_IS.finditer(text):
-        answer = m.group(1).strip().strip("$").strip()
+        answer = stated_answer(m.group(1))
         if answer and normalize_answer(answer):
             found.append((m.end(), answer))
     return sorted(found)
