@@ -61,6 +61,8 @@ def test_probe_answer_is_text_up_to_first_unmatched_brace():
         (r"\( \sqrt{53} \)", r"\sqrt{53}"),  # inline-math delimiters
         (r"\[ \frac{1}{2} \]", r"\frac{1}{2}"),
         (r"12^{\text{th}}", "12"),  # ordinal suffix
+        (r"2000 \text{ calories}", "2000"),  # words after a number: a unit
+        (r"\left\{ -2, 2 \right\}", "-2,2"),  # a set: a bare list
         (None, ""),
     ],
 )

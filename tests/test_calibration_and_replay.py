@@ -150,6 +150,27 @@ def test_replay_probes_on_synthetic_runs(tmp_path):
     assert (tmp_path / "p.png").stat().st_size > 0
 
 
+def test_recorded_probe_text_is_read_with_our_probe_rule(tmp_path):
+    folder = tmp_path / "run"
+    folder.mkdir()
+    rows = [  # the recorder's probe_answer is lossy where the raw text shows more
+        ["math500", 0, 0, 64, "p", "a + b + p} \\]\n\nWait", True],
+        ["math500", 0, 0, 128, "12^{", "12^{\\text{th}}} \\]", True],
+        ["math500", 0, 0, 192, "7", "", True],  # no text recorded: the recorded answer
+        ["math500", 0, 0, 256, "9", "9", True],  # text without a closing brace: no answer
+    ]
+    with gzip.open(folder / "probes.csv.gz", "wt", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(["dataset", "problem_id", "rollout_id", "token_position", "probe_answer", "probe_text", "is_certain"])
+        w.writerows(rows)
+    label = {"problem_id": 0, "rollout_id": 0, "dataset": "math500", "target": "12", "final_answer": "12",
+             "final_correct": True, "tokens_used": 300, "finished_naturally": True}  # fmt: skip
+    (folder / "labels.jsonl").write_text(json.dumps(label) + "\n")
+    (tr,) = load_run(folder)
+    assert tr.raw_classes == (0, 1, 2, -1)
+    assert [tr.class_correct[c] for c in tr.raw_classes[:3]] == [False, True, False]  # 12^{th} is 12
+
+
 def test_load_run_rejects_a_folder_without_probes(tmp_path):
     with pytest.raises(InvalidArgumentError, match=r"probes\.csv\.gz"):
         load_run(tmp_path)

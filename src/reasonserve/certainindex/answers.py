@@ -44,6 +44,9 @@ _TRAILING_UNITS = re.compile(rf"(?:\s*(?:{_UNITS})\b\.?)+\s*$", re.IGNORECASE)
 _TEXT_CMD = re.compile(r"\\(?:text|textbf|textit|mathrm|mathbf|mbox|operatorname)\s*\{([^{}]*)\}")
 _MATH_DELIMITERS = re.compile(r"^\\\((.*)\\\)$|^\\\[(.*)\\\]$", re.DOTALL)  # \( x \), \[ x \]
 _ORDINAL = re.compile(r"(\d)\s*\^\s*\{\s*(?:\\text\s*\{)?(?:st|nd|rd|th)\}?\s*\}")  # 12^{\text{th}}
+# "2000 \text{ calories}": a number followed by words in \text{} is the number (a unit).
+_NUMBER_THEN_WORDS = re.compile(r"^(-?[\d.,]+)\s*\\(?:text|mbox|mathrm)\s*\{\s*[A-Za-z][A-Za-z ]*\}$")
+_SET_BRACES = re.compile(r"\\\\|\\([{}])")  # row breaks matched first and kept whole
 # LaTeX spacing and sizing commands to drop. A row break (two backslashes) is matched
 # first and kept, so that "a <row break> b" does not lose a backslash to a control space.
 _SPACING = re.compile(r"\\\\|\\(?:(?:left|right|displaystyle)(?![a-zA-Z])|[!,;:\s])")
@@ -183,7 +186,8 @@ def _normalize(answer: str) -> str:
     """A canonical string form of an answer (empty for None).
 
     Unicode NFKC (confusable digits and letters fold to ASCII forms), ``$``, ``\\(...\\)``
-    and ``\\[...\\]`` delimiters and ordinal suffixes (``12^{th}``) dropped, LaTeX spacing
+    and ``\\[...\\]`` delimiters, ordinal suffixes (``12^{th}``) and words in ``\\text{}``
+    after a number dropped, set braces ``\\{ \\}`` -> ``{ }``, LaTeX spacing
     and sizing commands dropped (row breaks kept), ``\\text{}`` unwrapped,
     ``\\dfrac``/``\\tfrac`` -> ``\\frac``, degrees, ``%`` and trailing unit words removed,
     thousands separators and trailing ``.0`` dropped, ``x = 5`` and ``x \\in [a,b]`` -> the
@@ -197,6 +201,8 @@ def _normalize(answer: str) -> str:
     s = s.strip("$").strip()
     s = _MATH_DELIMITERS.sub(lambda m: m.group(1) or m.group(2) or "", s).strip()
     s = _ORDINAL.sub(r"\1", s)
+    s = _NUMBER_THEN_WORDS.sub(r"\1", s)
+    s = _SET_BRACES.sub(lambda m: m.group(1) or m.group(0), s)  # \{-2, 2\}: then a bare list
     s = _SPACING.sub(lambda m: m.group(0) if m.group(0) == "\\\\" else "", s)
     s = s.replace("\\dfrac", "\\frac").replace("\\tfrac", "\\frac").replace("\\$", "")
     s = re.sub(r"\^\s*\{?\\circ\}?|°|\\degree", "", s)

@@ -6,6 +6,11 @@ final_correct, tokens_used, finished_naturally per trajectory) and ``meta.json``
 Each trajectory becomes a :class:`Trajectory` whose probe answers are already
 grouped into equivalence classes and graded against the target once, so that
 stopping rules can be replayed many times cheaply.
+
+Where the raw ``probe_text`` is recorded, the probe answer is ours
+(:func:`extract_probe_answer`: the text up to the first unmatched ``}``), not the
+recorder's ``probe_answer``, which drops single letters (``a + b + p`` -> ``p``) and
+cuts ``12^{\\text{th}}`` to ``12^{``; elsewhere the recorded ``probe_answer`` is all there is.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ import json
 import pathlib
 from dataclasses import dataclass
 
+from reasonserve.certainindex.answers import extract_probe_answer
 from reasonserve.certainindex.equivalence import AnswerClasses, equivalent
 from reasonserve.certainindex.probe_consistency import ProbeConsistency
 from reasonserve.core.errors import InvalidArgumentError
@@ -70,7 +76,8 @@ def _trajectory(
     classes = AnswerClasses()
     raw, counted, positions = [], [], []
     for row in probes:
-        cid = classes.add(row["probe_answer"] or None)
+        text = row.get("probe_text")
+        cid = classes.add((extract_probe_answer(text) if text else row["probe_answer"]) or None)
         raw.append(cid)
         counted.append(cid if gate.is_confident(row.get("probe_text")) else -1)
         positions.append(int(row["token_position"]))
