@@ -46,10 +46,10 @@ _MATH_DELIMITERS = re.compile(r"^\\\((.*)\\\)$|^\\\[(.*)\\\]$", re.DOTALL)  # \(
 _ORDINAL = re.compile(r"(\d)\s*\^\s*\{\s*(?:\\text\s*\{)?(?:st|nd|rd|th)\}?\s*\}")  # 12^{\text{th}}
 # "2000 \text{ calories}": a number followed by words in \text{} is the number (a unit).
 _NUMBER_THEN_WORDS = re.compile(r"^(-?[\d.,]+)\s*\\(?:text|mbox|mathrm)\s*\{\s*[A-Za-z][A-Za-z ]*\}$")
-_SET_BRACES = re.compile(r"\\\\|\\([{}])")  # row breaks matched first and kept whole
-# LaTeX spacing and sizing commands to drop. A row break (two backslashes) is matched
-# first and kept, so that "a <row break> b" does not lose a backslash to a control space.
-_SPACING = re.compile(r"\\\\|\\(?:(?:left|right|displaystyle)(?![a-zA-Z])|[!,;:\s])")
+# One pass over LaTeX escapes: a row break (two backslashes) is matched first and kept,
+# so it never loses a backslash to a control space; set braces become plain braces (a set
+# is then a bare list); spacing and sizing commands are dropped.
+_LATEX_ESCAPES = re.compile(r"(\\\\)|\\([{}])|\\(?:(?:left|right|displaystyle)(?![a-zA-Z])|[!,;:\s])")
 # "the answer is indeed 18": adverbs before a stated answer, and verdicts that are not answers.
 _FILLER = re.compile(r"^(?:(?:indeed|definitely|clearly|actually|probably|likely|still|just|simply|"
                      r"then|therefore|thus|now|also)\b[\s,:]*)+", re.IGNORECASE)  # fmt: skip
@@ -202,8 +202,7 @@ def _normalize(answer: str) -> str:
     s = _MATH_DELIMITERS.sub(lambda m: m.group(1) or m.group(2) or "", s).strip()
     s = _ORDINAL.sub(r"\1", s)
     s = _NUMBER_THEN_WORDS.sub(r"\1", s)
-    s = _SET_BRACES.sub(lambda m: m.group(1) or m.group(0), s)  # \{-2, 2\}: then a bare list
-    s = _SPACING.sub(lambda m: m.group(0) if m.group(0) == "\\\\" else "", s)
+    s = _LATEX_ESCAPES.sub(lambda m: m.group(1) or m.group(2) or "", s)
     s = s.replace("\\dfrac", "\\frac").replace("\\tfrac", "\\frac").replace("\\$", "")
     s = re.sub(r"\^\s*\{?\\circ\}?|°|\\degree", "", s)
     s = s.replace("\\%", "").replace("%", "")

@@ -105,7 +105,7 @@ def _compare(na: str, nb: str, deadline: float, percent: bool) -> Verdict:
 
 
 def _compare_base_numerals(na: str, nb: str) -> Verdict | None:
-    """``4210_{5}`` against ``4210_5`` or ``4210``; None when neither side is such a numeral."""
+    """``4210_{5}`` against ``4210_5`` or ``4210``; None when the rule does not apply."""
     ma, mb = _BASE_NUMERAL.match(na), _BASE_NUMERAL.match(nb)
     if not (ma and mb) or (ma.group(2) is None and mb.group(2) is None):
         return None

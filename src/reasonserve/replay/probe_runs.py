@@ -79,7 +79,7 @@ def _trajectory(
         text = row.get("probe_text")
         cid = classes.add((extract_probe_answer(text) if text else row["probe_answer"]) or None)
         raw.append(cid)
-        counted.append(cid if gate.is_confident(row.get("probe_text")) else -1)
+        counted.append(cid if gate.is_confident(text) else -1)
         positions.append(int(row["token_position"]))
     target = str(label["target"])
     final = label.get("final_answer")
