@@ -7,7 +7,7 @@ import pathlib
 import sys
 from collections.abc import Sequence
 
-from reasonserve.core.errors import InvalidArgumentError
+from reasonserve.core.errors import InvalidArgumentError, ReasonserveError
 
 __all__ = ["main"]
 
@@ -59,6 +59,10 @@ def _replay_parsers(sub) -> None:
         p.add_argument("--data", default=None, help="data root (default: ../shared/data)")
         p.add_argument("--tolerance", type=float, default=None,
                        help="accuracy loss allowed when calibrating (probes 0.005, sc 0)")  # fmt: skip
+        p.add_argument("--setting", default="dev",
+                       help="headline rule: dev (shipped, chosen on the development data), "
+                            "calibrated (re-chosen here by cross-validation), "
+                            "or key=value pairs as calibrate prints them")  # fmt: skip
         p.add_argument("--json", metavar="PATH", help="write the report as JSON")
         p.add_argument("--png", metavar="PATH", help="write the accuracy-vs-cost plot")
     cal = sub.add_parser("calibrate", help="choose certainindex settings by cross-validation")
@@ -72,6 +76,7 @@ def _replay_parsers(sub) -> None:
     cal.add_argument("--aggregate", default="last")
     cal.add_argument("--run", dest="mcts_run", help="MCTS run folder")
     cal.add_argument("--tolerance", type=float, default=None)
+    cal.add_argument("--setting", default="dev", help=argparse.SUPPRESS)
 
 
 def _replay(args, out) -> int:
@@ -83,27 +88,32 @@ def _replay(args, out) -> int:
         tol = 0.005 if args.tolerance is None else args.tolerance
         if args.kind == "probes":
             folders = probes.run_folders(getattr(args, "run", None), args.runs, data)
-            report = probes.replay_probes(folders, tolerance=tol)
+            report = probes.replay_probes(folders, tolerance=tol, setting=args.setting)
         else:
+            cot_rule = probes.headline_rule(args.setting, cot.DEV_SETTING)
             path = args.traces or str(data / "reasoning_traces" / "qwen3-8b_fulltext_dev_split.jsonl.gz")
             trajs = cot.load_traces(path, interval_tokens=args.interval)
-            report = probes.replay_trajectories(trajs, runs=[path], tolerance=tol, title="replay cot")
+            report = probes.replay_trajectories(
+                trajs, runs=[path], tolerance=tol, title="replay cot", headline=cot_rule,
+                headline_label="cot development setting")  # fmt: skip
         probes.print_and_save(report, **save)
         return 0
     from reasonserve.replay import sc, search_runs
 
     tol = 0.0 if args.tolerance is None else args.tolerance
+    headline = sc.headline_rule(args.setting)
     if args.kind == "sc":
         path = args.samples or str(data / "sc_samples" / "qwen25math_math_cot_100_8samples_rm.jsonl")
-        report = sc.replay_sc(path, tolerance=tol)
+        report = sc.replay_questions(sc.load_samples(path), source=path, tolerance=tol, headline=headline)
     elif args.kind == "prm":
         path = args.beams or _first(data / "prm_beams", "*.jsonl")
         questions = search_runs.load_prm_beams(path, aggregate=args.aggregate)
-        report = sc.replay_questions(questions, source=path, tolerance=tol, unit="beams")
+        report = sc.replay_questions(questions, source=path, tolerance=tol, unit="beams", headline=headline)
     else:
         path = args.mcts_run or _first(data / "mcts", "rstar_*")
         questions = search_runs.load_mcts(path)
-        report = sc.replay_questions(questions, source=path, tolerance=tol, unit="rollouts")
+        report = sc.replay_questions(questions, source=path, tolerance=tol, unit="rollouts",
+                                     headline=headline)  # fmt: skip
     sc.print_and_save(report, **save)
     return 0
 
@@ -143,11 +153,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         from reasonserve.demo import run_demo
 
         return run_demo(batches=args.batches, seed=args.seed, json_path=args.json, out=sys.stdout)
-    if args.command == "replay":
-        return _replay(args, sys.stdout)
+    if args.command in ("replay", "calibrate"):
+        # Calibration is the cross-validated selection inside replay; it prints its choice.
+        try:
+            return _replay(args, sys.stdout)
+        except ReasonserveError as exc:
+            print(f"reasonserve {args.command}: error: {exc}", file=sys.stderr)
+            return 2
     if args.command == "serve":
         return _serve(args)
-    if args.command == "calibrate":
-        # Calibration is the cross-validated selection inside replay; print its choice.
-        return _replay(args, sys.stdout)
     return 2

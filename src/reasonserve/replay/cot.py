@@ -20,17 +20,22 @@ The trajectories then go through the same rules and cross-validated calibration 
 from __future__ import annotations
 
 import bisect
-import gzip
-import json
 import pathlib
 import re
 
 from reasonserve.certainindex.answers import extract_boxed, normalize_answer, stated_answer
 from reasonserve.certainindex.equivalence import AnswerClasses, equivalent
 from reasonserve.core.errors import InvalidArgumentError
+from reasonserve.replay._jsonl import read_jsonl
+from reasonserve.replay.probe_rules import TokenWindowRule
 from reasonserve.replay.probe_runs import Trajectory, _runs
 
-__all__ = ["load_traces", "trace_trajectory"]
+__all__ = ["DEV_SETTING", "load_traces", "trace_trajectory"]
+
+# The setting `reasonserve calibrate cot` chooses on the development traces (456
+# Qwen3-8B texts, tolerance 0.5 points): text probes need a longer agreement span than
+# real probes (``replay.probes.DEV_SETTING``), since a trace restates early guesses.
+DEV_SETTING = TokenWindowRule(3712, 2048)
 
 _TOKEN = re.compile(r"\w+|[^\w\s]")
 _ANSWER_IS = re.compile(r"answer\s+is\s*:?\s*([^\n]*?)(?:\.\s|\.?\n|\.?$)", re.IGNORECASE)
@@ -86,13 +91,6 @@ def trace_trajectory(key, run: str, text: str, final_answer: str | None, target:
                       interval=interval_tokens)  # fmt: skip
 
 
-def _rows(path: pathlib.Path):
-    opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rt", encoding="utf-8") as fh:
-        for i, line in enumerate(fh):
-            yield i, json.loads(line)
-
-
 def load_traces(path: str | pathlib.Path, *, interval_tokens: int = 64) -> list[Trajectory]:
     """Traces from ``reasoning_traces/``: SkyThought (``code[0]``, ``gt``, ``pred``) or
     full-text files (``full_text``, ``target``, ``final_answer``)."""
@@ -100,16 +98,20 @@ def load_traces(path: str | pathlib.Path, *, interval_tokens: int = 64) -> list[
     if interval_tokens < 1:
         raise InvalidArgumentError(f"interval_tokens must be >= 1, got {interval_tokens}")
     out = []
-    for i, row in _rows(path):
+    for line_no, row in read_jsonl(path):
         if "full_text" in row:
             text, final, target = row["full_text"], row.get("final_answer"), row.get("target")
         elif "code" in row:
             text, final, target = (row["code"] or [""])[0], row.get("pred"), row.get("gt")
         else:
-            raise InvalidArgumentError(f"{path}:{i + 1}: needs 'full_text' or 'code'")
+            raise InvalidArgumentError(f"{path}:{line_no}: needs 'full_text' or 'code'")
         if isinstance(final, list):  # SkyThought stores one prediction per sample
             final = final[0] if final else None
         final = final if isinstance(final, str) else None
-        key = (path.stem, str(row.get("problem_id", row.get("idx", i))), str(row.get("rollout_id", 0)))
-        out.append(trace_trajectory(key, path.stem, text or "", final, str(target), interval_tokens))
+        text = "" if text is None else text
+        if not isinstance(text, str) or target is None:
+            raise InvalidArgumentError(f"{path}:{line_no}: needs a text and a target")
+        problem = row.get("problem_id", row.get("idx", line_no - 1))
+        key = (path.stem, str(problem), str(row.get("rollout_id", 0)))
+        out.append(trace_trajectory(key, path.stem, text, final, str(target), interval_tokens))
     return out

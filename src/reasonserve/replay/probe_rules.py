@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from reasonserve.certainindex.calibration import Outcome
 from reasonserve.certainindex.probe_consistency import ProbeConsistency
 from reasonserve.certainindex.tv_stability import TVStability
+from reasonserve.core.errors import InvalidArgumentError
 from reasonserve.replay.probe_runs import Trajectory
 
 __all__ = ["OracleRule", "TVRule", "TargetOracleRule", "TokenWindowRule", "WindowRule", "evaluate"]
@@ -66,9 +67,27 @@ class TokenWindowRule:
     tokens: int
     min_tokens: int = 0
 
+    def __post_init__(self) -> None:
+        if isinstance(self.tokens, bool) or not isinstance(self.tokens, int) or self.tokens < 1:
+            raise InvalidArgumentError(f"agreement span must be an integer >= 1 token, got {self.tokens!r}")
+        if isinstance(self.min_tokens, bool) or not isinstance(self.min_tokens, int) or self.min_tokens < 0:
+            raise InvalidArgumentError(f"min tokens must be an integer >= 0, got {self.min_tokens!r}")
+
     @property
     def name(self) -> str:
         return f"agree {self.tokens} tok" + (f", min {self.min_tokens} tok" if self.min_tokens else "")
+
+    @property
+    def spec(self) -> str:
+        """The ``--setting`` string that selects this rule."""
+        return f"agree={self.tokens}" + (f",min={self.min_tokens}" if self.min_tokens else "")
+
+    @classmethod
+    def from_setting(cls, setting: dict[str, int | float]) -> TokenWindowRule:
+        """From parsed ``agree=<tokens>[,min=<tokens>]`` (see :mod:`reasonserve.replay.settings`)."""
+        if "agree" not in setting:
+            raise InvalidArgumentError("a token-window setting needs agree=<tokens>")
+        return cls(int(setting["agree"]), int(setting.get("min", 0)))
 
     def first_stop(self, tr: Trajectory) -> tuple[int, int] | None:
         need = max(1, -(-self.tokens // tr.probe_interval()))

@@ -18,6 +18,7 @@ from __future__ import annotations
 import csv
 import gzip
 import json
+import math
 import pathlib
 from dataclasses import dataclass
 
@@ -25,6 +26,7 @@ from reasonserve.certainindex.answers import extract_probe_answer
 from reasonserve.certainindex.equivalence import AnswerClasses, equivalent
 from reasonserve.certainindex.probe_consistency import ProbeConsistency
 from reasonserve.core.errors import InvalidArgumentError
+from reasonserve.replay._jsonl import read_jsonl
 
 __all__ = ["Trajectory", "load_run"]
 
@@ -59,15 +61,50 @@ class Trajectory:
         return min(gaps) if gaps else (self.positions[0] if self.positions and self.positions[0] > 0 else 1)
 
 
+_PROBE_COLUMNS = ("dataset", "problem_id", "rollout_id", "token_position")
+_LABEL_FIELDS = ("dataset", "problem_id", "rollout_id", "target", "tokens_used")
+
+
 def _read_probes(path: pathlib.Path) -> dict[tuple[str, str, str], list[dict]]:
+    """Probe rows by trajectory key, in token order; ``token_position`` parsed to int."""
     rows: dict[tuple[str, str, str], list[dict]] = {}
-    with gzip.open(path, "rt", encoding="utf-8", newline="") as fh:
-        for row in csv.DictReader(fh):
-            key = (row["dataset"], row["problem_id"], row["rollout_id"])
-            rows.setdefault(key, []).append(row)
+    try:
+        with gzip.open(path, "rt", encoding="utf-8", newline="") as fh:
+            reader = csv.DictReader(fh)
+            columns = set(reader.fieldnames or [])
+            missing = [c for c in _PROBE_COLUMNS if c not in columns]
+            if missing or not {"probe_answer", "probe_text"} & columns:
+                missing = missing or ["probe_answer or probe_text"]
+                raise InvalidArgumentError(f"{path}: probe columns missing: {missing}")
+            for row in reader:
+                where = f"{path}:{reader.line_num}: token_position"
+                row["token_position"] = _count(row["token_position"], where)
+                rows.setdefault((row["dataset"], row["problem_id"], row["rollout_id"]), []).append(row)
+    except (UnicodeDecodeError, gzip.BadGzipFile, EOFError, csv.Error) as exc:
+        raise InvalidArgumentError(f"{path}: unreadable ({type(exc).__name__}: {exc})") from None
     for probes in rows.values():
-        probes.sort(key=lambda r: int(r["token_position"]))
+        probes.sort(key=lambda r: r["token_position"])
     return rows
+
+
+def _count(value, where: str) -> int:
+    """A non-negative whole number (``64``, ``"64"``, ``"64.0"``), else a typed error."""
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        number = math.nan
+    if isinstance(value, bool) or not math.isfinite(number) or number < 0 or number != int(number):
+        raise InvalidArgumentError(f"{where}: expected a whole number >= 0, got {value!r}")
+    return int(number)
+
+
+def _checked_label(label: dict, where: str) -> dict:
+    missing = [f for f in _LABEL_FIELDS if label.get(f) is None]
+    if missing:
+        raise InvalidArgumentError(f"{where}: label needs {list(_LABEL_FIELDS)}; missing {missing}")
+    final = label.get("final_answer")
+    return {**label, "tokens_used": _count(label["tokens_used"], f"{where}: tokens_used"),
+            "final_answer": None if final is None else str(final)}  # fmt: skip
 
 
 def _trajectory(
@@ -77,10 +114,10 @@ def _trajectory(
     raw, counted, positions = [], [], []
     for row in probes:
         text = row.get("probe_text")
-        cid = classes.add((extract_probe_answer(text) if text else row["probe_answer"]) or None)
+        cid = classes.add((extract_probe_answer(text) if text else row.get("probe_answer")) or None)
         raw.append(cid)
         counted.append(cid if gate.is_confident(text) else -1)
-        positions.append(int(row["token_position"]))
+        positions.append(row["token_position"])
     target = str(label["target"])
     final = label.get("final_answer")
     final_cid = classes.add(final) if final else -1
@@ -91,7 +128,7 @@ def _trajectory(
         key=key,
         run=run,
         target=target,
-        tokens_used=int(label["tokens_used"]),
+        tokens_used=label["tokens_used"],
         final_class=final_cid,
         final_correct=bool(final) and equivalent(final, target),
         recorded_correct=bool(label.get("final_correct")),
@@ -132,12 +169,11 @@ def load_run(folder: str | pathlib.Path, *, gate: ProbeConsistency | None = None
     interval = _recorded_interval(root / "meta.json")
     probes = _read_probes(root / "probes.csv.gz")
     out = []
-    with open(root / "labels.jsonl", encoding="utf-8") as fh:
-        for line in fh:
-            label = json.loads(line)
-            key = (str(label["dataset"]), str(label["problem_id"]), str(label["rollout_id"]))
-            rows = [r for r in probes.get(key, []) if int(r["token_position"]) <= int(label["tokens_used"])]
-            out.append(_trajectory(root.name, label, rows, gate, interval))
+    for line_no, raw in read_jsonl(root / "labels.jsonl"):
+        label = _checked_label(raw, f"{root / 'labels.jsonl'}:{line_no}")
+        key = (str(label["dataset"]), str(label["problem_id"]), str(label["rollout_id"]))
+        rows = [r for r in probes.get(key, []) if r["token_position"] <= label["tokens_used"]]
+        out.append(_trajectory(root.name, label, rows, gate, interval))
     return out
 
 

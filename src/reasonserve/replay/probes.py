@@ -6,7 +6,9 @@ setting, and the **calibrated** rule: an agreement span in tokens plus a minimum
 (:class:`TokenWindowRule`), chosen by cross-validation over (model, dataset) groups,
 so its numbers are out-of-sample. The JSON's top-level ``baseline_accuracy``,
 ``accuracy``, ``baseline_cost``, ``cost`` (mean tokens) and ``savings`` describe the
-calibrated rule.
+*headline setting*: by default the shipped :data:`DEV_SETTING`, chosen on the
+development runs and applied unchanged (``--setting``, see
+:mod:`reasonserve.replay.settings`); ``calibrated`` holds the cross-validated rule.
 """
 
 from __future__ import annotations
@@ -29,8 +31,17 @@ from reasonserve.replay.probe_rules import (
     evaluate,
 )
 from reasonserve.replay.probe_runs import Trajectory, load_run
+from reasonserve.replay.settings import TOKEN_KEYS, resolve_setting
 
-__all__ = ["DEV_SETTING", "calibration_candidates", "replay_probes", "run_folders", "token_breakdown"]
+__all__ = [
+    "DEV_SETTING",
+    "calibration_candidates",
+    "headline_rule",
+    "replay_probes",
+    "replay_trajectories",
+    "run_folders",
+    "token_breakdown",
+]
 
 SWEEP = (2, 3, 5, 8, 12, 16, 24, 32, 48)
 
@@ -84,16 +95,32 @@ def token_breakdown(trajs: Sequence[Trajectory]) -> dict[str, dict]:
             for name, ts in sorted(kinds.items())}  # fmt: skip
 
 
-def replay_probes(folders: Sequence[pathlib.Path], *, tolerance: float = 0.005) -> dict:
+def headline_rule(setting: str, dev: TokenWindowRule) -> TokenWindowRule | None:
+    """The rule a ``--setting`` string names (``None``: the calibrated rule)."""
+    return resolve_setting(setting, TOKEN_KEYS, dev, TokenWindowRule.from_setting)
+
+
+def replay_probes(folders: Sequence[pathlib.Path], *, tolerance: float = 0.005, setting: str = "dev") -> dict:
     """Replay probe-run folders (see module docstring)."""
+    rule = headline_rule(setting, DEV_SETTING)  # a bad setting fails before the runs are read
     trajs = [t for f in folders for t in load_run(f)]
-    return replay_trajectories(trajs, runs=[f.name for f in folders], tolerance=tolerance)
+    return replay_trajectories(trajs, runs=[f.name for f in folders], tolerance=tolerance, headline=rule)
 
 
 def replay_trajectories(
-    trajs: Sequence[Trajectory], *, runs: Sequence[str], tolerance: float, title: str = "replay probes"
+    trajs: Sequence[Trajectory],
+    *,
+    runs: Sequence[str],
+    tolerance: float,
+    title: str = "replay probes",
+    headline: TokenWindowRule | None = DEV_SETTING,
+    headline_label: str = "setting",
 ) -> dict:
-    """Rules, sweep, oracle and the cross-validated calibrated rule on ``trajs``."""
+    """Rules, sweep, oracle, the headline setting and the cross-validated rule on ``trajs``.
+
+    ``headline``: the fixed rule the top-level numbers describe; ``None`` puts the
+    cross-validated (calibrated, out-of-sample) rule there instead.
+    """
     trajs = list(trajs)
     if not trajs:
         raise InvalidArgumentError("no trajectories to replay")
@@ -111,14 +138,21 @@ def replay_trajectories(
             ("target oracle (context)", evaluate(TargetOracleRule(), trajs)),
             (f"probes development setting ({DEV_SETTING.name}), fixed", evaluate(DEV_SETTING, trajs)),
             ("calibrated, out-of-sample", calibrated)]  # fmt: skip
+    if headline is not None and headline != DEV_SETTING:
+        rows.append((f"{headline_label} ({headline.name}), fixed", evaluate(headline, trajs)))
+    top = calibrated if headline is None else evaluate(headline, trajs)
     return {
-        **calibrated.as_dict(),
+        **top.as_dict(),
+        "setting": "calibrated, out-of-sample" if headline is None else headline.name,
+        "setting_spec": "calibrated" if headline is None else headline.spec,
+        "calibrated": calibrated.as_dict(),
         "tolerance": tolerance,
         "title": title,
         "runs": list(runs),
         "trajectories": len(trajs),
         "chosen_per_fold": [c.name for c in cv.choices],
         "chosen": chosen.name,  # fitted on every trajectory given: the setting to deploy
+        "chosen_spec": chosen.spec,
         "chosen_in_sample": chosen_in_sample.as_dict(),
         "fold_outcomes": [o.as_dict() for o in cv.fold_outcomes],
         "rules": {name: o.as_dict() for name, o in rows},
@@ -134,12 +168,16 @@ def print_and_save(report: dict, *, json_path: str | None, png_path: str | None,
     out.write(_report.table(f"{report['title']}: {report['trajectories']} trajectories from "
                             f"{len(report['runs'])} runs", rows, "tokens") + "\n")  # fmt: skip
     out.write(f"calibrated choice per held-out fold: {report['chosen_per_fold']}\n")
-    out.write(f"setting chosen on all {report['trajectories']} trajectories: {report['chosen']}\n")
+    out.write(f"setting chosen on all {report['trajectories']} trajectories: {report['chosen']} "
+              f"(--setting {report['chosen_spec']})\n")  # fmt: skip
+    out.write(f"headline (top-level JSON): {report['setting']}: accuracy {report['accuracy']:.4f} vs "
+              f"{report['baseline_accuracy']:.4f}, savings {100 * report['savings']:.1f}%\n")  # fmt: skip
     out.write("baseline tokens by outcome: " + "; ".join(
         f"{k}: {v['trajectories']} traj, {100 * v['token_share']:.1f}% of tokens"
         for k, v in report["token_breakdown"].items()) + "\n")  # fmt: skip
     if json_path:
         _report.write_json(json_path, report)
     if png_path:
-        marks = [(n, o) for n, o in rows if n.startswith(("full", "oracle", "calibrated"))]
+        marks = [(n, o) for n, o in rows if n.startswith(("full", "oracle", "calibrated", "probes dev"))
+                 or n.endswith("fixed")]  # fmt: skip
         _report.plot(png_path, f"{report['title']}: accuracy vs tokens", sweep, marks, "tokens")

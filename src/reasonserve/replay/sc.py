@@ -6,11 +6,12 @@ at sample ``n``; the answer is the majority so far (ties: higher mean reward, th
 earlier answer). Cost = samples drawn. Rules compared in the same run: first sample,
 majority of all samples, stop-when-k-agree, entropy certainty, reward-gated first
 sample, and the calibrated rule chosen by 5-fold cross-validation over questions.
+The top-level numbers describe the headline setting: the shipped :data:`DEV_SETTING`
+unless ``--setting`` names another (see :mod:`reasonserve.replay.settings`).
 """
 
 from __future__ import annotations
 
-import json
 import math
 import pathlib
 from collections import Counter, defaultdict
@@ -22,9 +23,20 @@ from reasonserve.certainindex.equivalence import equivalent, group_answers
 from reasonserve.certainindex.semantic_entropy import SemanticEntropy
 from reasonserve.core.errors import InvalidArgumentError
 from reasonserve.replay import _report
+from reasonserve.replay._jsonl import read_jsonl
 from reasonserve.replay.sc_signals import signal_correlations
+from reasonserve.replay.settings import SAMPLE_KEYS, resolve_setting
 
-__all__ = ["SCQuestion", "SCRule", "load_samples", "make_question", "replay_sc"]
+__all__ = [
+    "DEV_SETTING",
+    "SCQuestion",
+    "SCRule",
+    "headline_rule",
+    "load_samples",
+    "make_question",
+    "replay_questions",
+    "replay_sc",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,16 +88,16 @@ def _lengths(row: dict, n: int) -> list[float] | None:
 def load_samples(path: str | pathlib.Path) -> list[SCQuestion]:
     """Read a ``sc_samples`` JSONL file: ``gt``, ``pred[n]``, optional ``pred_score[n]``."""
     out = []
-    with open(path, encoding="utf-8") as fh:
-        for line_no, line in enumerate(fh):
-            row = json.loads(line)
-            if "pred" not in row or "gt" not in row:
-                raise InvalidArgumentError(f"{path}:{line_no + 1}: needs 'gt' and 'pred'")
-            preds = [p if isinstance(p, str) else None for p in row["pred"]]
-            scores = row.get("pred_score") or [None] * len(preds)
-            rewards = [_reward(s) for s in scores]
-            lengths = _lengths(row, len(preds))
-            out.append(make_question(str(row.get("idx", line_no)), preds, rewards, str(row["gt"]), lengths))
+    for line_no, row in read_jsonl(path):
+        if "pred" not in row or "gt" not in row or not isinstance(row["pred"], list):
+            raise InvalidArgumentError(f"{path}:{line_no}: needs 'gt' and a list 'pred'")
+        preds = [p if isinstance(p, str) else None for p in row["pred"]]
+        scores = row.get("pred_score") or [None] * len(preds)
+        if not isinstance(scores, list) or len(scores) != len(preds):
+            raise InvalidArgumentError(f"{path}:{line_no}: 'pred_score' must list one score per 'pred'")
+        rewards = [_reward(s) for s in scores]
+        lengths = _lengths(row, len(preds))
+        out.append(make_question(str(row.get("idx", line_no - 1)), preds, rewards, str(row["gt"]), lengths))
     return out
 
 
@@ -104,6 +116,37 @@ class SCRule:
     min_samples: int = 1
     reward_gate: float | None = None
     max_samples: int | None = None
+
+    def __post_init__(self) -> None:
+        for field, low in (("agree", 1), ("min_samples", 1), ("max_samples", 1)):
+            value = getattr(self, field)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < low):
+                raise InvalidArgumentError(f"{field} must be an integer >= {low}, got {value!r}")
+        if self.entropy is not None and not 0.0 <= self.entropy <= 1.0:
+            raise InvalidArgumentError(f"entropy threshold must lie in [0, 1], got {self.entropy!r}")
+        if self.reward_gate is not None and not math.isfinite(self.reward_gate):
+            raise InvalidArgumentError(f"reward gate must be finite, got {self.reward_gate!r}")
+
+    @classmethod
+    def from_setting(cls, setting: dict[str, int | float]) -> SCRule:
+        """From parsed ``agree,entropy,min,reward,max`` pairs (:mod:`reasonserve.replay.settings`)."""
+
+        def opt(key: str, kind: type):
+            return None if key not in setting else kind(setting[key])
+
+        return cls(agree=opt("agree", int), entropy=opt("entropy", float),
+                   min_samples=int(setting.get("min", 1)), reward_gate=opt("reward", float),
+                   max_samples=opt("max", int))  # fmt: skip
+
+    @property
+    def spec(self) -> str:
+        """The ``--setting`` string that selects this rule."""
+        named = (("agree", self.agree), ("entropy", self.entropy), ("reward", self.reward_gate),
+                 ("max", self.max_samples))  # fmt: skip
+        parts = [f"{k}={v!r}" for k, v in named if v is not None]
+        if self.min_samples > 1:
+            parts.append(f"min={self.min_samples}")
+        return ",".join(parts) or "all"
 
     @property
     def name(self) -> str:
@@ -188,14 +231,30 @@ def calibration_candidates(questions: Sequence[SCQuestion]) -> list[SCRule]:
     return rules
 
 
-def replay_sc(path: str | pathlib.Path, *, tolerance: float = 0.0) -> dict:
+# The setting chosen on every development file (the four ``sc_samples`` files, PRM beams,
+# MCTS rollouts) at no accuracy loss. Reward gates are left out: their raw thresholds
+# are on one reward model's scale and do not carry to another model's scores.
+DEV_SETTING = SCRule(agree=2)
+
+
+def headline_rule(setting: str) -> SCRule | None:
+    """The rule a ``--setting`` string names (``None``: the calibrated rule)."""
+    return resolve_setting(setting, SAMPLE_KEYS, DEV_SETTING, SCRule.from_setting)
+
+
+def replay_sc(path: str | pathlib.Path, *, tolerance: float = 0.0, setting: str = "dev") -> dict:
     """Replay a ``sc_samples`` file (cost = samples)."""
-    return replay_questions(load_samples(path), source=str(path), tolerance=tolerance)
+    headline = headline_rule(setting)
+    return replay_questions(load_samples(path), source=str(path), tolerance=tolerance, headline=headline)
 
 
 def replay_questions(questions: Sequence[SCQuestion], *, source: str, tolerance: float = 0.0,
-                     unit: str = "samples") -> dict:  # fmt: skip
-    """Compare the named rules and the cross-validated calibrated rule on ``questions``."""
+                     unit: str = "samples", headline: SCRule | None = DEV_SETTING) -> dict:  # fmt: skip
+    """Compare the named rules, the headline setting and the cross-validated rule on ``questions``.
+
+    The top-level numbers describe ``headline`` (a fixed rule), or the calibrated,
+    out-of-sample rule when it is ``None``; ``calibrated`` always holds the latter.
+    """
     if len(questions) < 5:
         raise InvalidArgumentError(f"{source}: need at least 5 questions, got {len(questions)}")
     folds = [list(questions[i::5]) for i in range(5)]
@@ -211,10 +270,16 @@ def replay_questions(questions: Sequence[SCQuestion], *, source: str, tolerance:
         named.append((f"reward >= median ({median:.3g}) at 1, else 2 agree",
                       SCRule(agree=2, reward_gate=median)))  # fmt: skip
     rows = [(n, evaluate(r, questions)) for n, r in named] + [("calibrated, out-of-sample", cv.pooled)]
+    if headline is not None and headline not in [r for _, r in named]:
+        rows.append((f"setting {headline.name}, fixed", evaluate(headline, questions)))
+    top = cv.pooled if headline is None else evaluate(headline, questions)
     knob = max(1, min(4, min(len(q.classes) for q in questions) - 1))
     correlations = [c.as_dict() for c in signal_correlations(questions, knob=knob)]
-    return {**cv.pooled.as_dict(), "file": source, "questions": len(questions), "unit": unit,
+    return {**top.as_dict(), "setting": "calibrated, out-of-sample" if headline is None else headline.name,
+            "setting_spec": "calibrated" if headline is None else headline.spec,
+            "calibrated": cv.pooled.as_dict(), "file": source, "questions": len(questions), "unit": unit,
             "tolerance": tolerance, "chosen_per_fold": [c.name for c in cv.choices], "chosen": chosen.name,
+            "chosen_spec": chosen.spec,
             "rules": {n: o.as_dict() for n, o in rows},
             "signal_correlations": {"knob": knob, "signals": correlations}, "_rows": rows}  # fmt: skip
 
@@ -234,7 +299,11 @@ def print_and_save(report: dict, *, json_path: str | None, png_path: str | None,
     out.write(_report.table(f"replay: {report['questions']} questions from {report['file']}",
                             rows, unit) + "\n")  # fmt: skip
     out.write(f"calibrated choice per held-out fold: {report['chosen_per_fold']}\n")
-    out.write(f"setting chosen on all {report['questions']} questions: {report['chosen']}\n")
+    out.write(f"setting chosen on all {report['questions']} questions: {report['chosen']} "
+              f"(--setting {report['chosen_spec']})\n")  # fmt: skip
+    out.write(f"headline (top-level JSON): {report['setting']}: accuracy {report['accuracy']:.4f} vs "
+              f"{report['baseline_accuracy']:.4f} at {report['cost']:.2f} {unit} vs "
+              f"{report['baseline_cost']:.2f}\n")  # fmt: skip
     out.write(_correlation_table(report["signal_correlations"], unit) + "\n")
     if json_path:
         _report.write_json(json_path, report)

@@ -21,6 +21,7 @@ import re
 from reasonserve.certainindex.answers import extract_answer
 from reasonserve.certainindex.reward import RewardCertainty
 from reasonserve.core.errors import InvalidArgumentError
+from reasonserve.replay._jsonl import read_jsonl
 from reasonserve.replay.sc import SCQuestion, make_question
 
 __all__ = ["load_mcts", "load_prm_beams"]
@@ -32,15 +33,14 @@ _VALUE = re.compile(r"'value':\s*(-?[0-9.]+(?:e-?\d+)?)")
 def load_prm_beams(path: str | pathlib.Path, *, aggregate: str = "last") -> list[SCQuestion]:
     agg = RewardCertainty(aggregate)
     out = []
-    with open(path, encoding="utf-8") as fh:
-        for i, line in enumerate(fh):
-            row = json.loads(line)
-            if "completions" not in row or "answer" not in row:
-                raise InvalidArgumentError(f"{path}:{i + 1}: needs 'completions' and 'answer'")
-            answers = [extract_answer(c) if isinstance(c, str) else None for c in row["completions"]]
-            scores = row.get("scores") or [[] for _ in answers]
-            rewards = [agg.score(s) if s else math.nan for s in scores]
-            out.append(make_question(str(row.get("unique_id", i)), answers, rewards, str(row["answer"])))
+    for line_no, row in read_jsonl(path):
+        if "completions" not in row or "answer" not in row:
+            raise InvalidArgumentError(f"{path}:{line_no}: needs 'completions' and 'answer'")
+        answers = [extract_answer(c) if isinstance(c, str) else None for c in row["completions"]]
+        scores = row.get("scores") or [[] for _ in answers]
+        rewards = [agg.score(s) if s else math.nan for s in scores]
+        qid = str(row.get("unique_id", line_no - 1))
+        out.append(make_question(qid, answers, rewards, str(row["answer"])))
     return out
 
 
