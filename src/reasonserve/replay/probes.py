@@ -133,14 +133,15 @@ def replay_trajectories(
     chosen, chosen_in_sample = choose(calibration_candidates(), evaluate, trajs, tolerance)
     base = evaluate(WindowRule(10**9), trajs)
     sweep = [(r.name, evaluate(r, trajs)) for r in rules]
+    dev = evaluate(DEV_SETTING, trajs)
     rows = [("full trajectories (baseline)", base), *[(n, evaluate(r, trajs)) for n, r in presets], *sweep,
             *[(r.name, evaluate(r, trajs)) for r in tv], ("oracle (context)", evaluate(OracleRule(), trajs)),
             ("target oracle (context)", evaluate(TargetOracleRule(), trajs)),
-            (f"probes development setting ({DEV_SETTING.name}), fixed", evaluate(DEV_SETTING, trajs)),
+            (f"probes development setting ({DEV_SETTING.name}), fixed", dev),
             ("calibrated, out-of-sample", calibrated)]  # fmt: skip
+    top = calibrated if headline is None else dev if headline == DEV_SETTING else evaluate(headline, trajs)
     if headline is not None and headline != DEV_SETTING:
-        rows.append((f"{headline_label} ({headline.name}), fixed", evaluate(headline, trajs)))
-    top = calibrated if headline is None else evaluate(headline, trajs)
+        rows.append((f"{headline_label} ({headline.name}), fixed", top))
     return {
         **top.as_dict(),
         "setting": "calibrated, out-of-sample" if headline is None else headline.name,

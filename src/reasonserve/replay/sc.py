@@ -269,10 +269,12 @@ def replay_questions(questions: Sequence[SCQuestion], *, source: str, tolerance:
         median = observed[len(observed) // 2]
         named.append((f"reward >= median ({median:.3g}) at 1, else 2 agree",
                       SCRule(agree=2, reward_gate=median)))  # fmt: skip
-    rows = [(n, evaluate(r, questions)) for n, r in named] + [("calibrated, out-of-sample", cv.pooled)]
-    if headline is not None and headline not in [r for _, r in named]:
-        rows.append((f"setting {headline.name}, fixed", evaluate(headline, questions)))
-    top = cv.pooled if headline is None else evaluate(headline, questions)
+    extra = [] if headline is None or headline in [r for _, r in named] else [
+        (f"setting {headline.name}, fixed", headline)]  # fmt: skip
+    outcomes = {r: evaluate(r, questions) for _, r in named + extra}  # each rule replayed once
+    rows = [(n, outcomes[r]) for n, r in named] + [("calibrated, out-of-sample", cv.pooled)]
+    rows += [(n, outcomes[r]) for n, r in extra]
+    top = cv.pooled if headline is None else outcomes[headline]
     knob = max(1, min(4, min(len(q.classes) for q in questions) - 1))
     correlations = [c.as_dict() for c in signal_correlations(questions, knob=knob)]
     return {**top.as_dict(), "setting": "calibrated, out-of-sample" if headline is None else headline.name,
