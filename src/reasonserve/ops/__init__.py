@@ -15,6 +15,7 @@ from reasonserve.ops.attention import (
 from reasonserve.ops.matmul import k_major, linear, linear_reference, matmul, matmul_reference
 from reasonserve.ops.mean import mean, mean_reference
 from reasonserve.ops.mode import OVERRIDDEN_OPS, deterministic_mode, is_deterministic_mode
+from reasonserve.ops.paged_attention import paged_attention, paged_attention_reference
 from reasonserve.ops.rms_norm import rms_norm, rms_norm_reference
 from reasonserve.ops.sampling import greedy, gumbel_noise, sample
 from reasonserve.ops.softmax import (
@@ -43,6 +44,8 @@ __all__ = [
     "matmul_reference",
     "mean",
     "mean_reference",
+    "paged_attention",
+    "paged_attention_reference",
     "rms_norm",
     "rms_norm_reference",
     "sample",
