@@ -1,45 +1,21 @@
 """The OpenAI-compatible server on a loopback port, driven by the openai client."""
 
-import socket
-import threading
-import time
-
 import pytest
 
 openai = pytest.importorskip("openai", reason="server tests need the openai client (dev extra)")
 uvicorn = pytest.importorskip("uvicorn", reason="server tests need uvicorn (serve extra)")
 
-from reasonserve.engine import Engine, EngineConfig, make_tiny_checkpoint  # noqa: E402
-from reasonserve.serve.app import create_app  # noqa: E402
-from reasonserve.serve.runner import EngineRunner  # noqa: E402
+from _live_server import TIMEOUT_S, live_server, tiny_engine, wait_until  # noqa: E402
 
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from reasonserve.engine import EngineConfig  # noqa: E402
 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    path = make_tiny_checkpoint(tmp_path_factory.mktemp("srv"))
-    runner = EngineRunner(Engine.from_pretrained(path, EngineConfig(block_size=4, num_blocks=256)))
-    app = create_app(runner, model_name="tiny", max_tokens_limit=64, max_request_bytes=20_000)
-    port = _free_port()
-    srv = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=srv.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not srv.started and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert srv.started
-    client = openai.OpenAI(
-        base_url=f"http://127.0.0.1:{port}/v1", api_key="unused", max_retries=0, timeout=60
-    )
-    yield client, runner, port
-    srv.should_exit = True
-    thread.join(timeout=10)
-    runner.close()
+    engine = tiny_engine(tmp_path_factory.mktemp("srv"), EngineConfig(block_size=4, num_blocks=256))
+    with live_server(engine) as live:
+        client = openai.OpenAI(base_url=f"{live.url}/v1", api_key="unused", max_retries=0, timeout=TIMEOUT_S)
+        yield client, live.runner, live.port
 
 
 def test_models_health_and_metrics(server):
@@ -47,9 +23,9 @@ def test_models_health_and_metrics(server):
     assert [m.id for m in client.models.list().data] == ["tiny"]
     import httpx
 
-    assert httpx.get(f"http://127.0.0.1:{port}/health").json() == {"status": "ok"}
-    text = httpx.get(f"http://127.0.0.1:{port}/metrics").text
-    assert "reasonserve_running" in text and "reasonserve_verify_passes" in text
+    assert httpx.get(f"http://127.0.0.1:{port}/health", timeout=TIMEOUT_S).json() == {"status": "ok"}
+    text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=TIMEOUT_S).text
+    assert "reasonserve:num_requests_running" in text and "reasonserve:dvr_verify_passes_total" in text
 
 
 def test_completions_with_token_ids_and_text(server):
@@ -97,7 +73,7 @@ def test_oversized_request_gets_413(server):
     _, _, port = server
     import httpx
 
-    r = httpx.post(f"http://127.0.0.1:{port}/v1/completions", json={"prompt": [1] * 10_000, "max_tokens": 1})
+    r = httpx.post(f"http://127.0.0.1:{port}/v1/completions", json={"prompt": [1] * 10_000, "max_tokens": 1}, timeout=TIMEOUT_S)
     assert r.status_code == 413
 
 
@@ -106,12 +82,10 @@ def test_client_disconnect_aborts_the_request(server):
     import httpx
 
     with httpx.stream("POST", f"http://127.0.0.1:{port}/v1/completions",
-                      json={"prompt": [5, 6], "max_tokens": 64, "stream": True}) as r:  # fmt: skip
+                      json={"prompt": [5, 6], "max_tokens": 64, "stream": True}, timeout=TIMEOUT_S) as r:  # fmt: skip
         for line in r.iter_lines():
             if line.startswith("data:"):
                 break  # leave after the first chunk
-    deadline = time.monotonic() + 30
-    while runner.stats()["running"] + runner.stats()["waiting"] and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert runner.stats()["running"] == 0 and runner.stats()["waiting"] == 0
+    assert wait_until(lambda: runner.num_live == 0)
+    assert runner.snapshot.kv_blocks_used == 0
     runner.engine.check_blocks()

@@ -27,10 +27,17 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--model", required=True, help="HF-format checkpoint folder")
     serve.add_argument("--host", default="127.0.0.1", help="bind address (default: loopback only)")
     serve.add_argument("--port", type=int, default=8000)
-    serve.add_argument("--max-tokens-limit", type=int, default=4096)
-    serve.add_argument("--max-request-bytes", type=int, default=1_000_000)
     serve.add_argument("--mode", default="dvr", choices=["dvr", "batch_invariant"])
     serve.add_argument("--num-blocks", type=int, default=1024)
+    serve.add_argument("--block-size", type=int, default=16)
+    serve.add_argument("--max-model-len", type=int, default=None)
+    serve.add_argument("--served-model-name", default=None, help="model id in the API (default: folder name)")
+    ints = (("max-tokens-limit", 4096), ("max-request-bytes", 1_000_000), ("max-queued-requests", 256),
+            ("max-connections", 1024))
+    for flag, default in ints:
+        serve.add_argument(f"--{flag}", type=int, default=default)
+    for flag, default in (("header-timeout-s", 10.0), ("body-timeout-s", 30.0), ("drain-timeout-s", 10.0)):
+        serve.add_argument(f"--{flag}", type=float, default=default)
     return parser
 
 
@@ -119,21 +126,20 @@ def _replay(args, out) -> int:
 
 
 def _serve(args) -> int:
-    import uvicorn
-
+    """Serve until SIGTERM (exit 0) or until the engine loop dies (exit 1)."""
     from reasonserve.engine import Engine, EngineConfig
-    from reasonserve.serve.app import create_app
-    from reasonserve.serve.runner import EngineRunner
+    from reasonserve.serve.config import ServeConfig
+    from reasonserve.serve.server import serve
 
-    engine = Engine.from_pretrained(args.model, EngineConfig(mode=args.mode, num_blocks=args.num_blocks))
-    runner = EngineRunner(engine)
-    app = create_app(runner, model_name=pathlib.Path(args.model).name, max_tokens_limit=args.max_tokens_limit,
-                     max_request_bytes=args.max_request_bytes)  # fmt: skip
-    try:
-        uvicorn.run(app, host=args.host, port=args.port, log_level="info")
-    finally:
-        runner.close()
-    return 0
+    engine = Engine.from_pretrained(args.model, EngineConfig(mode=args.mode, num_blocks=args.num_blocks,
+                                                             block_size=args.block_size,
+                                                             max_model_len=args.max_model_len))  # fmt: skip
+    cfg = ServeConfig(model_name=args.served_model_name or pathlib.Path(args.model).name,
+                      max_tokens_limit=args.max_tokens_limit, max_request_bytes=args.max_request_bytes,
+                      max_queued_requests=args.max_queued_requests, max_connections=args.max_connections,
+                      header_timeout_s=args.header_timeout_s, body_timeout_s=args.body_timeout_s,
+                      drain_timeout_s=args.drain_timeout_s)  # fmt: skip
+    return serve(engine, cfg, host=args.host, port=args.port)
 
 
 def _first(folder: pathlib.Path, pattern: str) -> str:

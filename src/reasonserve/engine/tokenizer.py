@@ -1,8 +1,13 @@
-"""Tokenizers for checkpoint folders.
+"""Tokenizers for checkpoint folders, and incremental detokenization for streams.
 
 A folder with HF tokenizer files gets ``transformers.AutoTokenizer`` (local files only).
 A folder without one, whose vocabulary has at least 256 ids, gets :class:`ByteTokenizer`
 (ids 0-255 are UTF-8 bytes) so tiny random checkpoints can take and return text.
+
+Text that cannot be encoded (a lone UTF-16 surrogate such as ``"\\ud800"``, which JSON
+can carry) raises :class:`InvalidArgumentError` naming the position.
+:class:`IncrementalDecoder` turns a growing list of token ids into text pieces whose
+concatenation equals ``decode`` of all the ids: it never emits half of a character.
 """
 
 from __future__ import annotations
@@ -12,7 +17,11 @@ import pathlib
 from collections.abc import Sequence
 from typing import Protocol
 
-__all__ = ["ByteTokenizer", "Tokenizer", "load_tokenizer"]
+from reasonserve.core.errors import InvalidArgumentError
+
+__all__ = ["ByteTokenizer", "IncrementalDecoder", "Tokenizer", "check_text", "load_tokenizer"]
+
+_REPLACEMENT = "\ufffd"
 
 
 class Tokenizer(Protocol):
@@ -21,10 +30,22 @@ class Tokenizer(Protocol):
     def decode(self, ids: Sequence[int]) -> str: ...
 
 
+def check_text(text: str) -> None:
+    """Raise :class:`InvalidArgumentError` if ``text`` has no UTF-8 encoding (lone surrogates)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as err:
+        raise InvalidArgumentError(
+            f"text contains a lone surrogate U+{ord(text[err.start]):04X} at index {err.start}; "
+            "send valid Unicode (surrogates only in pairs)"
+        ) from None
+
+
 class ByteTokenizer:
     """UTF-8 bytes as token ids; ids above 255 decode to nothing."""
 
     def encode(self, text: str) -> list[int]:
+        check_text(text)
         return list(text.encode("utf-8"))
 
     def decode(self, ids: Sequence[int]) -> str:
@@ -38,10 +59,45 @@ class _HFTokenizer:
         self._tok = AutoTokenizer.from_pretrained(path, local_files_only=True)
 
     def encode(self, text: str) -> list[int]:
+        check_text(text)
         return list(self._tok.encode(text, add_special_tokens=False))
 
     def decode(self, ids: Sequence[int]) -> str:
         return str(self._tok.decode(list(ids)))
+
+
+class IncrementalDecoder:
+    """Decode a stream of token ids piece by piece.
+
+    Keeps two offsets into the ids seen so far: text up to ``_read`` has been emitted,
+    and ``_prefix`` is where the last emitted piece started (decoding from there keeps
+    context such as a word-initial space). A piece ending in U+FFFD is held back: its
+    last character is incomplete until more ids arrive. ``flush`` emits whatever is
+    left, replacement characters included, so the pieces always add up to ``decode``.
+    """
+
+    def __init__(self, tokenizer: Tokenizer) -> None:
+        self._tok = tokenizer
+        self._ids: list[int] = []
+        self._prefix = 0
+        self._read = 0
+
+    def push(self, ids: Sequence[int]) -> str:
+        self._ids.extend(ids)
+        return self._advance(final=False)
+
+    def flush(self) -> str:
+        return self._advance(final=True)
+
+    def _advance(self, *, final: bool) -> str:
+        if self._read == len(self._ids):
+            return ""
+        done = self._tok.decode(self._ids[self._prefix : self._read])
+        text = self._tok.decode(self._ids[self._prefix :])
+        if not final and (len(text) <= len(done) or text.endswith(_REPLACEMENT)):
+            return ""
+        self._prefix, self._read = self._read, len(self._ids)
+        return text[len(done) :]
 
 
 def load_tokenizer(path: str | pathlib.Path, vocab_size: int) -> Tokenizer | None:

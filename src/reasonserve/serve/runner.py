@@ -1,92 +1,236 @@
-"""Drives an :class:`Engine` from a background thread for the HTTP server.
+"""Drives an :class:`Engine` from one supervised background thread.
 
-Requests are submitted from the asyncio side; the thread steps the engine while work
-is pending and pushes each request's newly *verified* tokens (and its end) to that
-request's asyncio queue. The engine is touched only under one lock.
+Only the engine thread touches the engine. The asyncio side hands it commands through
+an inbox (a deque under a lock held for microseconds, never during a step): ``add``
+(answered through a future: accepted, or a 400 with the engine's message) and
+``abort``. After every step the thread sends each live request's newly *verified*
+tokens, and its end, to that request's asyncio queue, one ``call_soon_threadsafe``
+per step.
+
+Supervision: an exception from ``engine.step()`` fails the live requests (each client
+gets the error) and aborts them; the loop goes on. If the engine cannot be brought back
+to an empty state, or anything else escapes, the thread records the error, fails every
+waiting client, and calls ``on_exit`` so the server stops (and exits non-zero);
+``alive`` turns False at once, so ``/health`` fails.
 """
 
 from __future__ import annotations
 
 import asyncio
-import itertools
+import concurrent.futures
+import contextlib
+import logging
 import threading
-from dataclasses import dataclass
+from collections import defaultdict, deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
 from reasonserve.engine import Engine, RequestOutput, SamplingParams
+from reasonserve.serve import engine_port as port
+from reasonserve.serve.errors import ApiError
 
 __all__ = ["EngineRunner", "Event"]
+
+_log = logging.getLogger("reasonserve.serve")
 
 
 @dataclass(frozen=True)
 class Event:
+    request_id: str
     tokens: list[int]  # new verified tokens
     finished: RequestOutput | None = None
+    error: str | None = None  # the request failed (engine error, shutdown)
+
+
+@dataclass
+class _Live:
+    loop: asyncio.AbstractEventLoop
+    queue: asyncio.Queue
+    sent: int = 0
+
+
+@dataclass
+class _Add:
+    request_id: str
+    prompt_ids: list[int]
+    params: SamplingParams
+    live: _Live
+    future: concurrent.futures.Future = field(default_factory=concurrent.futures.Future)
 
 
 class EngineRunner:
-    def __init__(self, engine: Engine) -> None:
+    def __init__(
+        self, engine: Engine, *, max_queued_requests: int = 256, on_exit: Callable[[], None] | None = None
+    ) -> None:
         self.engine = engine
-        self._lock = threading.Lock()
-        self._work = threading.Condition(self._lock)
-        self._streams: dict[str, tuple[asyncio.AbstractEventLoop, asyncio.Queue, list[int]]] = {}
-        self._ids = itertools.count()
-        self._stop = False
-        self.completed = 0
-        self._thread = threading.Thread(target=self._loop, name="reasonserve-engine", daemon=True)
+        self.max_queued_requests = max_queued_requests
+        self.error: BaseException | None = None  # why the engine thread died
+        self.snapshot = port.snapshot(engine)  # replaced (never mutated) after each step
+        self._on_exit = on_exit
+        self._cv = threading.Condition()
+        self._inbox: deque = deque()
+        self._num_live = 0  # accepted and not yet finished/aborted; under _cv
+        self._closing = False
+        self._live: dict[str, _Live] = {}  # engine thread only
+        self._thread = threading.Thread(target=self._run, name="reasonserve-engine", daemon=True)
         self._thread.start()
 
-    def submit(self, prompt, params: SamplingParams) -> tuple[str, asyncio.Queue]:
-        """Queue a request (ValueError for bad ones); returns its id and event queue."""
-        loop = asyncio.get_running_loop()
-        queue: asyncio.Queue = asyncio.Queue()
-        with self._work:
-            rid = self.engine.add_request(prompt, params, request_id=f"cmpl-{next(self._ids)}")
-            self._streams[rid] = (loop, queue, [])
-            self._work.notify()
-        return rid, queue
+    # asyncio side -------------------------------------------------------------------
+    @property
+    def alive(self) -> bool:
+        return self.error is None and not self._closing and self._thread.is_alive()
+
+    @property
+    def num_live(self) -> int:
+        return self._num_live
+
+    async def submit(
+        self, prompt_ids: list[int], params: SamplingParams, request_id: str, queue: asyncio.Queue
+    ) -> None:
+        """Queue a request whose events go to ``queue``; raises :class:`ApiError`
+        (400 rejected by the engine, 429 queue full, 503 engine not running)."""
+        add = _Add(request_id, prompt_ids, params, _Live(asyncio.get_running_loop(), queue))
+        with self._cv:
+            if not self.alive:
+                raise ApiError(503, "the engine is not running")
+            if self._num_live >= self.max_queued_requests:
+                raise ApiError(
+                    429,
+                    f"too many queued requests (limit {self.max_queued_requests}); retry later",
+                    headers={"Retry-After": "1"},
+                )
+            self._num_live += 1
+            self._inbox.append(add)
+            self._cv.notify()
+        await asyncio.wrap_future(add.future)
 
     def abort(self, request_id: str) -> None:
-        with self._lock:
-            if request_id in self._streams:
-                self._streams.pop(request_id)
-                self.engine.abort(request_id)
+        """Abort a request (no-op once it finished); never blocks on the engine."""
+        with self._cv:
+            self._inbox.append(request_id)
+            self._cv.notify()
 
-    def stats(self) -> dict:
-        with self._lock:
-            return {"running": len(self.engine.running), "waiting": len(self.engine.waiting),
-                    "completed": self.completed, **self.engine.stats}  # fmt: skip
+    def close(self, timeout_s: float = 10.0) -> None:
+        """Fail what is still running ("server shutting down") and stop the thread."""
+        with self._cv:
+            self._closing = True
+            self._cv.notify()
+        self._thread.join(timeout=timeout_s)
 
-    def close(self) -> None:
-        with self._work:
-            self._stop = True
-            self._work.notify()
-        self._thread.join(timeout=10)
+    # engine thread --------------------------------------------------------------------
+    def _run(self) -> None:
+        try:
+            while self._serve_once():
+                pass
+        except BaseException as err:  # supervision: record, fail clients, stop the server
+            self.error = err
+            _log.exception("the engine loop died")
+        finally:
+            self._fail_live(
+                "the engine stopped" if self.error else "the server is shutting down", abort=False
+            )
+            self._fail_inbox()
+            if self.error is not None and self._on_exit is not None:
+                self._on_exit()
 
-    def _loop(self) -> None:
-        while True:
-            with self._work:
-                while not self._stop and not self.engine.has_unfinished():
-                    self._work.wait()
-                if self._stop:
-                    return
-                finished = self.engine.step()
-                self._publish(finished)
+    def _serve_once(self) -> bool:
+        with self._cv:
+            while not self._inbox and not self._closing and not self.engine.has_unfinished():
+                self._cv.wait()
+            commands = list(self._inbox)
+            self._inbox.clear()
+            closing = self._closing
+        for command in commands:
+            self._add(command) if isinstance(command, _Add) else self._abort(command)
+        if closing:
+            self._fail_live("the server is shutting down")
+            return False
+        if self.engine.has_unfinished():
+            self._step()
+        self.snapshot = port.snapshot(self.engine)
+        return True
+
+    def _add(self, add: _Add) -> None:
+        try:
+            self.engine.add_request(add.prompt_ids, add.params, request_id=add.request_id)
+        except ValueError as err:  # InvalidArgumentError: a 400 for this request only
+            self._forget(None)
+            add.future.set_exception(ApiError(400, str(err)))
+            return
+        self._live[add.request_id] = add.live
+        add.future.set_result(None)
+
+    def _abort(self, request_id: str) -> None:
+        if request_id in self._live:
+            port.abort(self.engine, request_id)
+            self._forget(request_id)
+
+    def _step(self) -> None:
+        try:
+            finished = self.engine.step()
+        except Exception as err:  # fail the affected requests, keep serving
+            _log.exception("engine.step() raised; failing the live requests")
+            self._fail_live(f"the engine failed while serving this request: {type(err).__name__}: {err}")
+            if self.engine.has_unfinished():
+                raise RuntimeError("the engine could not be brought back to an empty state") from err
+            return
+        self._publish(finished)
 
     def _publish(self, finished: list[RequestOutput]) -> None:
-        for seq in self.engine.running:
-            stream = self._streams.get(seq.request_id)
-            if stream is not None:
-                self._push(stream, seq.verified_output)
-        for out in finished:
-            stream = self._streams.pop(out.request_id, None)
-            if stream is not None:
-                self._push(stream, out.token_ids, out)
-                self.completed += 1
+        done = {out.request_id: out for out in finished}
+        batches: dict[asyncio.AbstractEventLoop, list] = defaultdict(list)
+        for rid, live in list(self._live.items()):
+            out = done.pop(rid, None)
+            tokens = out.token_ids if out is not None else port.verified_tokens(self.engine, rid)
+            new = list(tokens[live.sent :])
+            live.sent += len(new)
+            if out is not None:
+                error = (
+                    (getattr(out, "error", None) or "the engine failed")
+                    if out.finish_reason == "error"
+                    else None
+                )
+                batches[live.loop].append((live.queue, Event(rid, new, out, error)))
+                self._forget(rid)
+            elif new:
+                batches[live.loop].append((live.queue, Event(rid, new)))
+        for rid in done:  # finished after an abort we already answered
+            port.release(self.engine, rid)
+        for loop, batch in batches.items():
+            _send(loop, batch)
 
-    @staticmethod
-    def _push(stream, tokens: list[int], finished: RequestOutput | None = None) -> None:
-        loop, queue, sent = stream
-        new = tokens[len(sent) :]
-        sent.extend(new)
-        if new or finished is not None:
-            loop.call_soon_threadsafe(queue.put_nowait, Event(new, finished))
+    def _fail_live(self, message: str, *, abort: bool = True) -> None:
+        batches: dict[asyncio.AbstractEventLoop, list] = defaultdict(list)
+        for rid, live in list(self._live.items()):
+            if abort:
+                port.abort(self.engine, rid)
+            batches[live.loop].append((live.queue, Event(rid, [], None, message)))
+            self._forget(rid)
+        for loop, batch in batches.items():
+            _send(loop, batch)
+
+    def _fail_inbox(self) -> None:
+        with self._cv:
+            commands = list(self._inbox)
+            self._inbox.clear()
+        for command in commands:
+            if isinstance(command, _Add):
+                self._forget(None)
+                command.future.set_exception(ApiError(503, "the engine is not running"))
+
+    def _forget(self, request_id: str | None) -> None:
+        if request_id is not None:
+            self._live.pop(request_id, None)
+            port.release(self.engine, request_id)
+        with self._cv:
+            self._num_live -= 1
+
+
+def _send(loop: asyncio.AbstractEventLoop, batch: list) -> None:
+    with contextlib.suppress(RuntimeError):  # a closed event loop: nobody is listening
+        loop.call_soon_threadsafe(_deliver, batch)
+
+
+def _deliver(batch: list) -> None:
+    for queue, event in batch:
+        queue.put_nowait(event)

@@ -1,0 +1,102 @@
+"""Request bodies of ``/v1/completions`` and ``/v1/chat/completions`` (pydantic, strict).
+
+Strict types: no coercion (``"stream": "yes"``, ``seed: 531.0`` and ``prompt: [true]``
+are 400s), unknown fields are 400s naming the field, numbers carry explicit ranges so
+nothing out of range reaches the engine. The field set follows OpenAI plus the vLLM
+extensions the reasoning programs use; :mod:`reasonserve.serve.sampling` turns a body
+into engine requests and rejects the parameters we accept in the schema but do not
+implement with a 400 that names them (see ``docs/serve.md``).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+__all__ = ["ChatCompletionRequest", "ChatMessage", "CompletionRequest", "StreamOptions", "TextPart"]
+
+MAX_INT32 = 2**31 - 1
+MAX_SEED = 2**63 - 1
+MAX_STOP_STRINGS = 16
+
+_Id = Annotated[int, Field(ge=0, le=MAX_INT32)]
+_Stop = Annotated[str, Field(min_length=1, max_length=256)]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(strict=True, extra="forbid", allow_inf_nan=False)
+
+
+class StreamOptions(_Strict):
+    include_usage: bool = False
+    continuous_usage_stats: bool = False
+
+
+class _Sampling(_Strict):
+    """Fields common to both endpoints."""
+
+    model: str | None = None
+    max_tokens: int | None = Field(None, ge=1, le=MAX_INT32)
+    temperature: float | None = Field(None, ge=0, le=100)
+    top_p: float | None = Field(None, gt=0, le=1)
+    top_k: int | None = Field(None, ge=-1, le=MAX_INT32, description="-1 or 0 disables")
+    min_p: float | None = Field(None, ge=0, le=1)
+    seed: int | None = Field(None, ge=0, le=MAX_SEED)
+    n: int = Field(1, ge=1, le=128)
+    best_of: int | None = Field(None, ge=1, le=128)
+    stop: _Stop | list[_Stop] | None = Field(None, max_length=MAX_STOP_STRINGS)
+    stop_token_ids: list[_Id] | None = Field(None, max_length=64)
+    include_stop_str_in_output: bool = False
+    ignore_eos: bool = False
+    min_tokens: int = Field(0, ge=0, le=MAX_INT32)
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    presence_penalty: float = Field(0.0, ge=-2, le=2)
+    frequency_penalty: float = Field(0.0, ge=-2, le=2)
+    repetition_penalty: float | None = Field(None, gt=0, le=100)
+    logit_bias: dict[str, float] | None = None
+    use_beam_search: bool = False
+    prompt_logprobs: int | None = Field(None, ge=0, le=20)
+    skip_special_tokens: bool = True
+    response_format: dict[str, str] | None = None
+    user: str | None = Field(None, max_length=256, description="accepted and ignored, as in vLLM")
+    # vLLM / reasonserve extensions
+    priority: int = Field(0, ge=-MAX_INT32, le=MAX_INT32)
+    request_id: str | None = Field(None, min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_.:-]+$")
+    return_token_ids: bool = False
+    deterministic: bool = False
+    vllm_xargs: dict[str, str | int | float] | None = None
+
+
+class CompletionRequest(_Sampling):
+    prompt: (
+        Annotated[str, Field(min_length=1)]
+        | Annotated[list[Annotated[str, Field(min_length=1)]], Field(min_length=1)]
+        | Annotated[list[_Id], Field(min_length=1)]
+        | Annotated[list[Annotated[list[_Id], Field(min_length=1)]], Field(min_length=1)]
+    )
+    echo: bool = False
+    logprobs: int | None = Field(None, ge=0, le=20)
+    suffix: str | None = None
+
+
+class TextPart(_Strict):
+    type: Literal["text"]
+    text: str
+
+
+class ChatMessage(_Strict):
+    role: Literal["system", "developer", "user", "assistant"]
+    content: str | list[TextPart] | None = None
+
+
+class ChatCompletionRequest(_Sampling):
+    messages: list[ChatMessage] = Field(min_length=1)
+    max_completion_tokens: int | None = Field(None, ge=1, le=MAX_INT32)
+    logprobs: bool = False
+    top_logprobs: int | None = Field(None, ge=0, le=20)
+    add_generation_prompt: bool = True
+    continue_final_message: bool = False
+    tools: list[dict] | None = None
+    tool_choice: str | dict | None = None

@@ -1,0 +1,55 @@
+"""Run the app under uvicorn with the limits of a :class:`ServeConfig`.
+
+SIGTERM/SIGINT: uvicorn stops accepting, waits up to ``drain_timeout_s`` for in-flight
+requests, then the runner fails what is left and stops. If the engine loop dies, the
+server shuts down the same way and :func:`serve` returns 1.
+"""
+
+from __future__ import annotations
+
+from reasonserve.serve.app import create_app
+from reasonserve.serve.config import ServeConfig
+from reasonserve.serve.limits import timed_h11_protocol
+from reasonserve.serve.runner import EngineRunner
+
+__all__ = ["serve", "uvicorn_config"]
+
+
+def uvicorn_config(app, cfg: ServeConfig, *, host: str, port: int, log_level: str = "info"):
+    import uvicorn
+
+    return uvicorn.Config(
+        app,
+        host=host,
+        port=port,
+        log_level=log_level,
+        http=timed_h11_protocol(cfg.header_timeout_s),
+        limit_concurrency=cfg.max_connections,
+        timeout_keep_alive=cfg.keep_alive_s,
+        timeout_graceful_shutdown=cfg.drain_timeout_s,
+        h11_max_incomplete_event_size=16 * 1024,
+        lifespan="off",
+    )
+
+
+def serve(
+    engine, cfg: ServeConfig, *, host: str = "127.0.0.1", port: int = 8000, log_level: str = "info"
+) -> int:
+    """Serve until SIGTERM/SIGINT (0) or until the engine loop dies (1)."""
+    import uvicorn
+
+    holder: list[uvicorn.Server] = []
+    runner = EngineRunner(
+        engine,
+        max_queued_requests=cfg.max_queued_requests,
+        on_exit=lambda: setattr(holder[0], "should_exit", True),
+    )
+    server = uvicorn.Server(
+        uvicorn_config(create_app(runner, cfg), cfg, host=host, port=port, log_level=log_level)
+    )
+    holder.append(server)
+    try:
+        server.run()
+    finally:
+        runner.close(cfg.drain_timeout_s)
+    return 1 if runner.error is not None else 0
