@@ -36,7 +36,9 @@ def live_server(engine: Engine, cfg: ServeConfig | None = None):
 
     cfg = cfg or ServeConfig(model_name="tiny", max_tokens_limit=64, max_request_bytes=20_000)
     exits: list = []
-    runner = EngineRunner(engine, max_queued_requests=cfg.max_queued_requests, on_exit=lambda: exits.append(1))
+    runner = EngineRunner(
+        engine, max_queued_requests=cfg.max_queued_requests, on_exit=lambda: exits.append(1)
+    )
     server = uvicorn.Server(uvicorn_config(create_app(runner, cfg), cfg, host="127.0.0.1", port=0,
                                            log_level="warning"))  # fmt: skip
     thread = threading.Thread(target=server.run, daemon=True)

@@ -6,7 +6,6 @@ openai = pytest.importorskip("openai", reason="server tests need the openai clie
 uvicorn = pytest.importorskip("uvicorn", reason="server tests need uvicorn (serve extra)")
 
 from _live_server import TIMEOUT_S, live_server, tiny_engine, wait_until  # noqa: E402
-
 from reasonserve.engine import EngineConfig  # noqa: E402
 
 

@@ -38,7 +38,8 @@ def parse_body(raw: bytes, model: type[Model]) -> Model:
     except RecursionError:
         raise ApiError(400, "request body is nested too deeply") from None
     except ValidationError as err:
-        first = err.errors(include_input=False, include_url=False)[0]
+        errors = err.errors(include_input=False, include_url=False)
+        first = max(errors, key=lambda e: len(e["loc"]))  # of a union's branches, the one that got furthest
         param = param_name(first["loc"])
         raise ApiError(400, f"{param}: {first['msg']}" if param else first["msg"], param=param) from None
 

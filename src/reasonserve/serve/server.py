@@ -7,6 +7,10 @@ server shuts down the same way and :func:`serve` returns 1.
 
 from __future__ import annotations
 
+import contextlib
+import signal
+import threading
+
 from reasonserve.serve.app import create_app
 from reasonserve.serve.config import ServeConfig
 from reasonserve.serve.limits import timed_h11_protocol
@@ -49,7 +53,24 @@ def serve(
     )
     holder.append(server)
     try:
-        server.run()
+        with _signals_end_the_drain():
+            server.run()
     finally:
         runner.close(cfg.drain_timeout_s)
     return 1 if runner.error is not None else 0
+
+
+@contextlib.contextmanager
+def _signals_end_the_drain():
+    """uvicorn re-raises SIGTERM/SIGINT after its graceful shutdown, into the handler that
+    was there before it; make that handler a no-op so the runner is closed and the exit
+    status says whether the engine was healthy."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {sig: signal.signal(sig, lambda *_: None) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)

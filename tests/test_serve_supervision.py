@@ -1,0 +1,173 @@
+"""The supervised engine loop: engine failures, capacity, event-loop freedom, SIGTERM."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+httpx = pytest.importorskip("httpx")
+pytest.importorskip("uvicorn")
+
+from _live_server import TIMEOUT_S, live_server, tiny_engine, wait_until  # noqa: E402
+from reasonserve.engine import Engine, EngineConfig, make_tiny_checkpoint  # noqa: E402
+from reasonserve.serve.config import ServeConfig  # noqa: E402
+
+
+class FlakyEngine(Engine):
+    """``step()`` raises while ``fail_steps`` > 0; ``abort()`` raises too when ``broken``."""
+
+    fail_steps = 0
+    broken = False
+    step_sleep_s = 0.0
+
+    def step(self):
+        time.sleep(self.step_sleep_s)  # a slow step, for the event-loop test
+        if self.fail_steps > 0:
+            self.fail_steps -= 1
+            raise OverflowError("injected failure inside step()")
+        return super().step()
+
+    def abort(self, request_id):
+        if self.broken:
+            raise RuntimeError("injected: abort cannot clean up")
+        return super().abort(request_id)
+
+
+def _post(url: str, body: dict, timeout: float = TIMEOUT_S) -> httpx.Response:
+    return httpx.post(url + "/v1/completions", json=body, timeout=timeout)
+
+
+def test_an_engine_exception_fails_that_request_and_the_loop_keeps_serving(tmp_path):
+    engine = tiny_engine(tmp_path, engine_cls=FlakyEngine)
+    with live_server(engine) as live:
+        engine.fail_steps = 1
+        r = _post(live.url, {"prompt": [1, 2], "max_tokens": 4}, timeout=10)
+        assert r.status_code == 500 and "injected failure" in r.json()["error"]["message"]
+        assert httpx.get(live.url + "/health", timeout=10).status_code == 200
+        ok = _post(live.url, {"prompt": [1, 2], "max_tokens": 4}, timeout=10)
+        assert ok.status_code == 200 and ok.json()["choices"][0]["finish_reason"] == "length"
+        assert live.runner.alive and live.exits == []
+
+
+def test_a_stream_gets_the_engine_error_as_an_event(tmp_path):
+    engine = tiny_engine(tmp_path, engine_cls=FlakyEngine)
+    with live_server(engine) as live:
+        engine.fail_steps = 1
+        body = {"prompt": [1, 2], "max_tokens": 4, "stream": True}
+        with httpx.stream("POST", live.url + "/v1/completions", json=body, timeout=10) as r:
+            events = [line[6:] for line in r.iter_lines() if line.startswith("data: ")]
+        assert events[-1] == "[DONE]" and "error" in json.loads(events[-2])
+
+
+def test_when_the_loop_dies_health_fails_and_the_server_is_told_to_exit(tmp_path):
+    engine = tiny_engine(tmp_path, engine_cls=FlakyEngine)
+    with live_server(engine) as live:
+        engine.fail_steps, engine.broken = 1, True
+        r = _post(live.url, {"prompt": [1, 2], "max_tokens": 4}, timeout=10)
+        assert r.status_code == 500  # the waiting client is answered, not left hanging
+        assert wait_until(lambda: live.exits == [1], timeout_s=10)
+        assert httpx.get(live.url + "/health", timeout=10).status_code == 503
+        assert _post(live.url, {"prompt": [1], "max_tokens": 1}, timeout=10).status_code == 503
+
+
+def test_the_event_loop_never_waits_for_an_engine_step(tmp_path):
+    engine = tiny_engine(tmp_path, engine_cls=FlakyEngine)
+    engine.step_sleep_s = 0.5  # every step holds the engine for half a second
+    with live_server(engine) as live:
+        body = {"prompt": [1, 2], "max_tokens": 6}
+        workers = [threading.Thread(target=_post, args=(live.url, body)) for _ in range(3)]
+        for w in workers:
+            w.start()
+            time.sleep(0.1)
+        latencies = []
+        for _ in range(6):  # submissions land while steps are running
+            start = time.monotonic()
+            assert httpx.get(live.url + "/health", timeout=10).status_code == 200
+            latencies.append(time.monotonic() - start)
+            time.sleep(0.05)
+        for w in workers:
+            w.join(TIMEOUT_S)
+        assert max(latencies) < 0.25, latencies  # a step is 0.5 s: the loop never waited for one
+
+
+def test_requests_that_can_never_fit_are_400_and_cache_pressure_never_spins(tmp_path):
+    engine = tiny_engine(tmp_path, EngineConfig(block_size=16, num_blocks=8))  # 128 KV tokens
+    with live_server(engine, ServeConfig(model_name="tiny", max_tokens_limit=1000)) as live:
+        r = _post(live.url, {"prompt": [7] * 100, "max_tokens": 500})
+        assert r.status_code == 400 and "KV cache" in r.json()["error"]["message"]
+        results: list = []
+        body = {
+            "prompt": [7] * 40,
+            "max_tokens": 60,
+            "temperature": 0,
+        }  # 100 tokens: fits alone, not 3 together
+
+        def one():
+            results.append(_post(live.url, body))
+
+        threads = [threading.Thread(target=one) for _ in range(3)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(TIMEOUT_S)
+        assert [r.status_code for r in results] == [200] * 3
+        assert all(r.json()["usage"]["completion_tokens"] == 60 for r in results)
+        assert wait_until(lambda: live.runner.snapshot.kv_blocks_used == 0, timeout_s=5)
+
+
+def _serve_process(tmp_path, code: str) -> tuple[subprocess.Popen, str]:
+    model = make_tiny_checkpoint(tmp_path / "m")
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    argv = ["serve", "--model", str(model), "--port", str(port), "--num-blocks", "64", "--block-size", "4",
+            "--drain-timeout-s", "2"]  # fmt: skip
+    script = code + f"\nfrom reasonserve.cli import main\nsys.exit(main({argv!r}))\n"
+    proc = subprocess.Popen([sys.executable, "-c", "import sys\n" + script], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, env={**os.environ, "PYTHONUNBUFFERED": "1"})  # fmt: skip
+    url = f"http://127.0.0.1:{port}"
+    assert wait_until(lambda: _health(url) is not None, timeout_s=60), "server did not come up"
+    return proc, url
+
+
+def _health(url: str) -> int | None:
+    try:
+        return httpx.get(url + "/health", timeout=2).status_code
+    except httpx.HTTPError:
+        return None
+
+
+def test_sigterm_drains_and_exits_zero_in_bounded_time(tmp_path):
+    proc, url = _serve_process(tmp_path, "")
+    try:
+        body = {"prompt": [1, 2], "max_tokens": 2000 - 3, "stream": True}
+        with httpx.stream("POST", url + "/v1/completions", json=body, timeout=TIMEOUT_S) as r:
+            next(r.iter_lines())  # a stream is in flight
+            start = time.monotonic()
+            proc.send_signal(signal.SIGTERM)
+            assert proc.wait(timeout=20) == 0
+        assert time.monotonic() - start < 15  # drain_timeout_s is 2
+    finally:
+        proc.kill()
+
+
+def test_a_dead_engine_loop_makes_the_process_exit_nonzero(tmp_path):
+    patch = ("import reasonserve.engine.engine as e\n"
+             "def boom(self, *a, **k):\n    raise RuntimeError('injected')\n"
+             "e.Engine.step = boom\ne.Engine.abort = boom\n")  # fmt: skip
+    proc, url = _serve_process(tmp_path, patch)
+    try:
+        r = _post(url, {"prompt": [1, 2], "max_tokens": 4}, timeout=10)
+        assert r.status_code == 500
+        assert proc.wait(timeout=20) == 1
+    finally:
+        proc.kill()
