@@ -7,7 +7,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from reasonserve.core import InvalidArgumentError, Phase
+from reasonserve.core import InvalidArgumentError, Phase, UnknownRequestError
 from reasonserve.engine import Engine, EngineConfig, SamplingParams, SequenceBatch, make_tiny_checkpoint
 from reasonserve.engine.block_manager import BlockManager, OutOfBlocks
 
@@ -89,18 +89,17 @@ def test_deterministic_outputs_survive_aborts_of_other_requests(ckpt):
     eng = Engine.from_pretrained(ckpt, EngineConfig(block_size=4, num_blocks=64, dvr_window=3))
     target = eng.add_request([4, 5, 6], params)
     others = [eng.add_request([i, i + 1], SamplingParams(max_tokens=30)) for i in range(6)]
-    for step in range(40):
-        eng.step()
+    done: dict = {}
+    for step in range(200):
+        done |= {o.request_id: o for o in eng.step()}
         if step % 3 == 0 and others:
             rid = others.pop()
-            if rid not in eng.finished:
-                eng.abort(rid)
+            if rid not in done:
+                assert eng.abort(rid).finish_reason == "abort"
         eng.check_blocks()
-        if target in eng.finished:
+        if target in done:
             break
-    while target not in eng.finished:
-        eng.step()
-    assert eng.finished[target].output == reference[0].token_ids
+    assert done[target].token_ids == reference[0].token_ids
 
 
 def test_prefix_blocks_are_shared_and_reused(ckpt):
@@ -120,24 +119,90 @@ def test_abort_frees_every_block_and_other_requests_continue(ckpt):
     a = eng.add_request([1, 2, 3, 4, 5], SamplingParams(max_tokens=20, temperature=0.0))
     b = eng.add_request([7, 8, 9], SamplingParams(max_tokens=4, temperature=0.0))
     eng.step()
+    assert eng.metrics().kv_blocks_used > 0
     out = eng.abort(a)
-    assert out.finish_reason == "abort"
+    assert out.finish_reason == "abort" and len(out.token_ids) < 20  # aborted before it could finish
     eng.check_blocks()
+    done = []
     while eng.has_unfinished():
-        eng.step()
-    assert eng.finished[b].output == _greedy_reference(eng.model, [7, 8, 9], 4)
+        done += eng.step()
+    assert [o.request_id for o in done] == [b]  # the aborted request is never returned again
+    assert done[0].token_ids == _greedy_reference(eng.model, [7, 8, 9], 4)
     assert eng.blocks.num_free == 32
-    with pytest.raises(InvalidArgumentError, match="unknown"):
+    with pytest.raises(UnknownRequestError, match="unknown"):
         eng.abort(a)
+    assert eng.metrics().num_aborted == 1 and eng.metrics().num_finished == 2
 
 
-def test_phases_and_latency_metrics(ckpt):
-    eng = Engine.from_pretrained(ckpt, EngineConfig(end_of_thinking_token_id=0))
-    probe = eng.generate([[3, 4, 5]], SamplingParams(max_tokens=12, temperature=0.0))[0]
-    assert probe.metrics.ttft_s is not None
-    think = probe.token_ids.index(0) if 0 in probe.token_ids else None
-    if think is not None and think + 1 < len(probe.token_ids):
-        assert probe.metrics.ttfat_s is not None and probe.metrics.ttfat_s >= probe.metrics.ttft_s
+def test_abort_of_a_waiting_and_a_running_request_frees_their_blocks_at_once(ckpt):
+    eng = Engine.from_pretrained(ckpt, EngineConfig(block_size=4, num_blocks=32, max_num_seqs=1))
+    running = eng.add_request([1, 2, 3, 4, 5, 6], SamplingParams(max_tokens=50))
+    waiting = eng.add_request([9, 9], SamplingParams(max_tokens=50))
+    eng.step()
+    assert eng.metrics().num_waiting == 1 and eng.metrics().kv_blocks_used >= 2
+    assert eng.abort(waiting).finish_reason == "abort"
+    out = eng.abort(running)
+    assert out.finish_reason == "abort" and 0 < len(out.token_ids) < 50
+    m = eng.metrics()
+    assert (m.num_running, m.num_waiting, m.kv_blocks_used) == (0, 0, 0)
+    assert not eng.has_unfinished() and eng.step() == []
+    with pytest.raises(UnknownRequestError):
+        eng.verified_tokens(running)
+
+
+def test_one_failing_request_finishes_with_error_and_the_others_continue(ckpt):
+    def fault(rid, _pos, token):
+        if rid == "bad":
+            raise RuntimeError("sampling exploded")
+        return token
+
+    eng = Engine.from_pretrained(ckpt, EngineConfig(block_size=4, num_blocks=64), fast_path_fault=fault)
+    eng.add_request([1, 2, 3], SamplingParams(max_tokens=6, temperature=0.0), request_id="bad")
+    eng.add_request([1, 2, 3], SamplingParams(max_tokens=6, temperature=0.0), request_id="good")
+    done = []
+    while eng.has_unfinished():
+        done += eng.step()
+    by_id = {o.request_id: o for o in done}
+    assert by_id["bad"].finish_reason == "error" and "sampling exploded" in by_id["bad"].error
+    assert by_id["good"].finish_reason == "length" and len(by_id["good"].token_ids) == 6
+    assert eng.blocks.num_free == 64
+
+
+def test_duplicate_ids_and_requests_that_can_never_fit_are_rejected(ckpt):
+    eng = Engine.from_pretrained(ckpt, EngineConfig(block_size=4, num_blocks=8, max_model_len=64))
+    eng.add_request([1, 2], SamplingParams(max_tokens=4), request_id="x")
+    with pytest.raises(InvalidArgumentError, match="already in use"):
+        eng.add_request([1, 2], SamplingParams(max_tokens=4), request_id="x")
+    with pytest.raises(InvalidArgumentError, match="max_model_len"):
+        eng.add_request([1] * 10, SamplingParams(max_tokens=60))
+    with pytest.raises(InvalidArgumentError, match="KV cache"):
+        eng.add_request([1] * 10, SamplingParams(max_tokens=30))  # 40 tokens > 8 blocks x 4
+    assert eng.metrics().num_waiting == 1
+
+
+def _first_new(tokens, start):
+    return next(i for i in range(start, len(tokens) - 1) if tokens[i] not in tokens[:i])
+
+
+def test_a_reasoning_request_crosses_end_of_thinking_and_ttfat_starts_there(ckpt):
+    """End-of-thinking is chosen before the run (a token greedy decoding emits at index k);
+    with one token per step on a fake clock, TTFAT is exactly one step."""
+    prompt, params = [3, 4, 5], SamplingParams(max_tokens=12, temperature=0.0)
+    plain = _greedy_reference(Engine.from_pretrained(ckpt).model, prompt, 12)
+    k = _first_new(plain, 3)
+    now = [0.0]
+    eng = Engine.from_pretrained(ckpt, EngineConfig(end_of_thinking_token_id=plain[k], mode="batch_invariant"),
+                                 clock=lambda: now[0])  # fmt: skip
+    eng.add_request(prompt, params)
+    phases, out = [], []
+    while not out:
+        now[0] += 1.0
+        out = eng.step()
+        phases.append(out[0].phase if out else eng.running[0].phase)
+    assert phases[:k] == [Phase.REASONING] * k and phases[k] is Phase.ANSWERING  # crossed at token k
+    m = out[0].metrics
+    assert m.ttft_s == 1.0 and m.end_of_thinking_s == 1.0 + k and m.first_answer_token_s == 2.0 + k
+    assert m.ttfat_s == 1.0  # from the end of thinking, not from arrival (k + 2)
     eng2 = Engine.from_pretrained(ckpt)
     out = eng2.generate([[3, 4, 5]], SamplingParams(max_tokens=2, temperature=0.0))[0]
     assert out.metrics.ttfat_s == out.metrics.ttft_s  # no thinking phase configured
@@ -156,10 +221,14 @@ def test_bad_requests_are_rejected_and_the_engine_keeps_serving(ckpt, prompt, pa
 
 
 def test_bad_sampling_params():
-    for kwargs in (dict(max_tokens=0), dict(temperature=float("nan")), dict(top_p=0.0), dict(top_k=-1),
-                   dict(min_p=2.0), dict(seed=-1)):  # fmt: skip
-        with pytest.raises(InvalidArgumentError):
+    for kwargs in (dict(max_tokens=0), dict(max_tokens=2**31), dict(max_tokens=True), dict(temperature=float("nan")),
+                   dict(temperature=float("inf")), dict(top_p=0.0), dict(top_p=float("nan")), dict(top_k=-2),
+                   dict(top_k=2**31), dict(min_p=2.0), dict(seed=-1), dict(seed=2**63), dict(stop_token_ids=(-1,)),
+                   dict(stop_token_ids=(2**31,)), dict(priority=2**31), dict(logprobs=5)):  # fmt: skip
+        field = next(iter(kwargs))
+        with pytest.raises(InvalidArgumentError, match=field):
             SamplingParams(**kwargs)
+    assert SamplingParams(top_k=-1, seed=2**63 - 1).effective_top_k == 0
 
 
 @settings(max_examples=100, deadline=None)
@@ -207,12 +276,13 @@ def test_probe_runs_a_fork_and_leaves_the_request_untouched(ckpt):
     kv_after = eng.cache.gather(seq.block_table, seq.num_computed)
     assert torch.equal(kv_before[0], kv_after[0]) and torch.equal(kv_before[1], kv_after[1])
     eng.check_blocks()
+    done = []
     while eng.has_unfinished():
-        eng.step()
-    assert eng.finished[rid].output == _greedy_reference(eng.model, list(range(1, 11)), 12)
-    with pytest.raises(InvalidArgumentError):
+        done += eng.step()
+    assert done[0].token_ids == _greedy_reference(eng.model, list(range(1, 11)), 12)
+    with pytest.raises(UnknownRequestError):
         eng.probe(rid, [1], 3)  # finished: unknown to probe
-    with pytest.raises(InvalidArgumentError):
+    with pytest.raises(UnknownRequestError):
         Engine.from_pretrained(ckpt).probe("nope", [1], 3)
 
 

@@ -4,7 +4,9 @@ from reasonserve.core.errors import (
     ImplementationUnavailableError,
     InvalidArgumentError,
     InvalidTypeError,
+    PolicyError,
     ReasonserveError,
+    UnknownRequestError,
 )
 from reasonserve.core.phase import Phase
 
@@ -13,5 +15,7 @@ __all__ = [
     "InvalidArgumentError",
     "InvalidTypeError",
     "Phase",
+    "PolicyError",
     "ReasonserveError",
+    "UnknownRequestError",
 ]

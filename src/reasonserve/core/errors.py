@@ -11,7 +11,9 @@ __all__ = [
     "ImplementationUnavailableError",
     "InvalidArgumentError",
     "InvalidTypeError",
+    "PolicyError",
     "ReasonserveError",
+    "UnknownRequestError",
 ]
 
 
@@ -32,3 +34,16 @@ class InvalidTypeError(ReasonserveError, TypeError):
 
 class ImplementationUnavailableError(ReasonserveError, RuntimeError):
     """An implementation was requested explicitly (e.g. ``impl="triton"``) but cannot run here."""
+
+
+class UnknownRequestError(ReasonserveError, KeyError):
+    """A request id that is not live (never added, or already finished and returned)."""
+
+    def __str__(self) -> str:  # KeyError would quote the message
+        return str(self.args[0]) if self.args else ""
+
+
+class PolicyError(ReasonserveError, ValueError):
+    """A scheduling policy object is malformed or returned a decision the host cannot apply
+    (unknown id, wrong queue, over capacity). The message names the policy and the decision;
+    the host's state is unchanged."""

@@ -22,19 +22,7 @@ from dataclasses import dataclass
 
 from reasonserve.core.errors import InvalidArgumentError
 
-__all__ = ["Acceptance", "DVRConfig", "DVRState", "accept", "plan_groups", "verify_inputs"]
-
-
-@dataclass(frozen=True, slots=True)
-class DVRConfig:
-    window: int = 8  # unverified tokens that trigger a verify pass
-    group_size: int = 4  # requests verified together; passes are group_size x window tokens
-
-    def __post_init__(self) -> None:
-        for name in ("window", "group_size"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise InvalidArgumentError(f"{name} must be an int >= 1, got {value!r}")
+__all__ = ["Acceptance", "DVRCounters", "DVRState", "accept", "plan_groups", "verify_inputs"]
 
 
 @dataclass
@@ -47,12 +35,41 @@ class DVRState:
     verify_passes: int = 0
     verify_tokens: int = 0  # tokens this request occupied in verify passes, padding included
 
+    def on_sampled(self, num_output: int, trusted: bool, deterministic: bool) -> None:
+        """A token was appended (``num_output`` now). It is final when the request is not
+        deterministic, or when it was sampled from invariant logits on a verified prefix."""
+        if not deterministic or (trusted and self.verified == num_output - 1):
+            self.verified = num_output
+
+    def commit(self, decoded: Sequence[int], checked: Sequence[int], pass_tokens: int) -> Acceptance:
+        """Apply one verify pass: ``decoded`` are the unverified tokens, ``checked`` the
+        verifier's tokens at the same positions. Returns what to keep; the host truncates
+        its output to ``verified`` and appends the replacement, if any."""
+        result = accept(decoded, checked)
+        self.verify_passes += 1
+        self.verify_tokens += pass_tokens
+        if result.replacement is not None:
+            self.rollbacks += 1
+            self.tokens_rolled_back += len(decoded) - result.keep
+        self.verified += result.committed
+        return result
+
     def unverified(self, num_output: int) -> int:
         return num_output - self.verified
 
     def needs_verify(self, num_output: int, window: int, stopped: bool) -> bool:
         pending = self.unverified(num_output)
         return pending >= window or (stopped and pending > 0)
+
+
+@dataclass
+class DVRCounters:
+    """Host-wide totals (the sum of every request's :class:`DVRState` counters)."""
+
+    verify_passes: int = 0  # fixed-shape passes (a pass verifies up to group_size requests)
+    verify_tokens: int = 0
+    rollbacks: int = 0
+    tokens_rolled_back: int = 0
 
 
 def verify_inputs(tokens: Sequence[int], num_prompt: int, state: DVRState) -> tuple[list[int], int]:

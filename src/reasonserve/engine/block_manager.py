@@ -114,6 +114,19 @@ class BlockManager:
             table.append(self._take())
         return copies
 
+    def released_by(self, tables: Sequence[Sequence[int]]) -> int:
+        """How many blocks would become free if ``tables`` were freed (shared blocks count
+        once, and only when no other table holds them)."""
+        drops: dict[int, int] = {}
+        for table in tables:
+            for block in table:
+                drops[block] = drops.get(block, 0) + 1
+        return sum(1 for block, n in drops.items() if self._ref[block] == n)
+
+    def exclusive(self, table: Sequence[int]) -> int:
+        """Blocks of ``table`` that no other table holds."""
+        return sum(1 for block in table if self._ref[block] == 1)
+
     def fork(self, table: Sequence[int]) -> list[int]:
         """A new table sharing every block (reference counts up)."""
         for block in table:

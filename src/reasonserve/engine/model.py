@@ -20,7 +20,7 @@ from reasonserve import ops
 from reasonserve.core.errors import InvalidArgumentError
 from reasonserve.engine.checkpoint import load_weights
 from reasonserve.engine.config import ModelConfig
-from reasonserve.engine.kernels import INVARIANT, Kernels
+from reasonserve.engine.kernels import INVARIANT, Kernels, PagedMeta
 
 __all__ = ["DecoderModel", "SequenceBatch"]
 
@@ -71,10 +71,7 @@ class DecoderModel:
 
     def _rope(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         """``x [heads, S, D]`` rotated by the positions' angles (HF ``rotate_half`` convention)."""
-        cos, sin = self.cos[positions], self.sin[positions]
-        half = x.shape[-1] // 2
-        rotated = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
-        return x * cos + rotated * sin
+        return _rotate(x, self.cos[positions], self.sin[positions])
 
     def _linear(self, kern: Kernels, x: torch.Tensor, name: str) -> torch.Tensor:
         return kern.linear(x, self.w[name + ".weight"], self.w.get(name + ".bias"))
@@ -135,6 +132,47 @@ class DecoderModel:
         attn = torch.cat(outs, dim=1).transpose(0, 1).reshape(n, -1)
         return h + self._linear(kern, attn, p + "self_attn.o_proj")
 
+    def forward_paged(
+        self,
+        input_ids: torch.Tensor,
+        positions: torch.Tensor,
+        meta: PagedMeta,
+        k_cache: torch.Tensor,
+        v_cache: torch.Tensor,
+        *,
+        kernels: Kernels = INVARIANT,
+        logit_rows: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """One packed forward over the paged cache: ``input_ids``/``positions`` ``[N]``
+        (sequences packed in order, see :class:`PagedMeta`); each layer writes the new
+        K/V into ``k_cache``/``v_cache`` ``[layers, blocks, Hkv, block_size, D]`` with one
+        indexed copy and attends through the block tables. Returns the logits of
+        ``logit_rows`` (all rows when None), ``[len(logit_rows), V]``."""
+        h = self.embed[input_ids]
+        cos, sin = self.cos[positions][:, None], self.sin[positions][:, None]
+        for layer in range(self.cfg.num_hidden_layers):
+            h = self._paged_attention_block(kernels, h, cos, sin, meta, k_cache[layer], v_cache[layer], layer)
+            h = self._mlp_block(kernels, h, f"model.layers.{layer}.")
+        if logit_rows is not None:
+            h = h[logit_rows]
+        return kernels.linear(
+            kernels.rms_norm(h, self.w["model.norm.weight"], self.cfg.rms_norm_eps), self.lm_head
+        )
+
+    def _paged_attention_block(
+        self, kern: Kernels, h, cos, sin, meta: PagedMeta, k_cache, v_cache, layer: int
+    ) -> torch.Tensor:
+        cfg, p, n = self.cfg, f"model.layers.{layer}.", h.shape[0]
+        x = kern.rms_norm(h, self.w[p + "input_layernorm.weight"], cfg.rms_norm_eps)
+        q = self._linear(kern, x, p + "self_attn.q_proj").view(n, cfg.num_attention_heads, cfg.head_dim)
+        k = self._linear(kern, x, p + "self_attn.k_proj").view(n, cfg.num_key_value_heads, cfg.head_dim)
+        v = self._linear(kern, x, p + "self_attn.v_proj").view(n, cfg.num_key_value_heads, cfg.head_dim)
+        q, k = _rotate(q, cos, sin), _rotate(k, cos, sin)
+        k_cache[meta.slot_blocks, :, meta.slot_offsets] = k
+        v_cache[meta.slot_blocks, :, meta.slot_offsets] = v
+        attn = kern.paged_attention(q, k_cache, v_cache, meta).reshape(n, -1)
+        return h + self._linear(kern, attn, p + "self_attn.o_proj")
+
     def _mlp_block(self, kern: Kernels, h: torch.Tensor, p: str) -> torch.Tensor:
         x = kern.rms_norm(h, self.w[p + "post_attention_layernorm.weight"], self.cfg.rms_norm_eps)
         gate, up = self._linear(kern, x, p + "mlp.gate_proj"), self._linear(kern, x, p + "mlp.up_proj")
@@ -152,3 +190,9 @@ class DecoderModel:
                 raise InvalidArgumentError(
                     f"sequence longer than max_position_embeddings={self.cfg.max_position_embeddings}"
                 )
+
+
+def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """RoPE with the HF ``rotate_half`` convention; ``cos``/``sin`` broadcast against ``x``."""
+    half = x.shape[-1] // 2
+    return x * cos + torch.cat([-x[..., half:], x[..., :half]], dim=-1) * sin

@@ -1,4 +1,8 @@
-"""Per-request generation parameters, validated at construction."""
+"""Per-request generation parameters, validated at construction.
+
+Every field is checked here, with an :class:`InvalidArgumentError` naming the field, so
+nothing out of range reaches the sampling kernels or the scheduler.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +11,24 @@ from dataclasses import dataclass
 
 from reasonserve.core.errors import InvalidArgumentError
 
-__all__ = ["SamplingParams"]
+__all__ = ["MAX_LOGPROBS", "SamplingParams"]
+
+_INT31 = 2**31 - 1
+_INT63 = 2**63 - 1
+MAX_LOGPROBS = 20
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_real(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _int_in(name: str, value, low: int, high: int) -> None:
+    if not _is_int(value) or not low <= value <= high:
+        raise InvalidArgumentError(f"{name} must be an int in [{low}, {high}], got {value!r}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -15,7 +36,12 @@ class SamplingParams:
     """``temperature`` 0 is greedy. ``seed`` makes sampling reproducible: the token at
     position ``p`` depends only on (seed, p) and the logits. Without a seed, the engine
     draws one from its own seeded generator. ``deterministic`` asks for bitwise
-    reproducible output whatever the batch (see ``docs/engine.md``)."""
+    reproducible output whatever the batch (see ``docs/engine.md``).
+
+    Ranges: ``max_tokens`` 1..2**31-1; ``temperature`` finite, >= 0; ``top_p`` in (0, 1];
+    ``top_k`` -1 or 0 (off) or 1..2**31-1; ``min_p`` in [0, 1]; ``seed`` 0..2**63-1;
+    ``stop_token_ids`` ints 0..2**31-1; ``priority`` -2**31..2**31-1 (larger is more
+    urgent); ``logprobs`` must be None (per-token logprobs are not implemented yet)."""
 
     max_tokens: int = 16
     temperature: float = 1.0
@@ -27,21 +53,37 @@ class SamplingParams:
     stop_token_ids: tuple[int, ...] = ()
     ignore_eos: bool = False
     priority: int = 0
+    logprobs: int | None = None
 
     def __post_init__(self) -> None:
-        if not isinstance(self.max_tokens, int) or isinstance(self.max_tokens, bool) or self.max_tokens < 1:
-            raise InvalidArgumentError(f"max_tokens must be an int >= 1, got {self.max_tokens!r}")
-        if (
-            not isinstance(self.temperature, (int, float))
-            or not math.isfinite(self.temperature)
-            or self.temperature < 0
-        ):
+        _int_in("max_tokens", self.max_tokens, 1, _INT31)
+        if not _is_real(self.temperature) or self.temperature < 0:
             raise InvalidArgumentError(f"temperature must be finite and >= 0, got {self.temperature!r}")
-        if not 0 < self.top_p <= 1:
-            raise InvalidArgumentError(f"top_p must lie in (0, 1], got {self.top_p!r}")
-        if not isinstance(self.top_k, int) or self.top_k < 0:
-            raise InvalidArgumentError(f"top_k must be an int >= 0 (0 disables it), got {self.top_k!r}")
-        if not 0 <= self.min_p <= 1:
-            raise InvalidArgumentError(f"min_p must lie in [0, 1], got {self.min_p!r}")
-        if self.seed is not None and (not isinstance(self.seed, int) or not 0 <= self.seed < 2**64):
-            raise InvalidArgumentError(f"seed must be an int in [0, 2**64), got {self.seed!r}")
+        if not _is_real(self.top_p) or not 0 < self.top_p <= 1:
+            raise InvalidArgumentError(f"top_p must be a number in (0, 1], got {self.top_p!r}")
+        if not _is_int(self.top_k) or not (self.top_k in (-1, 0) or 1 <= self.top_k <= _INT31):
+            raise InvalidArgumentError(
+                f"top_k must be -1 or 0 (off) or an int in [1, {_INT31}], got {self.top_k!r}"
+            )
+        if not _is_real(self.min_p) or not 0 <= self.min_p <= 1:
+            raise InvalidArgumentError(f"min_p must be a number in [0, 1], got {self.min_p!r}")
+        if self.seed is not None:
+            _int_in("seed", self.seed, 0, _INT63)
+        for name in ("deterministic", "ignore_eos"):
+            if not isinstance(getattr(self, name), bool):
+                raise InvalidArgumentError(f"{name} must be a bool, got {getattr(self, name)!r}")
+        if not isinstance(self.stop_token_ids, (tuple, list)):
+            raise InvalidArgumentError(f"stop_token_ids must be a tuple of ints, got {self.stop_token_ids!r}")
+        for token in self.stop_token_ids:
+            _int_in("stop_token_ids", token, 0, _INT31)
+        object.__setattr__(self, "stop_token_ids", tuple(self.stop_token_ids))
+        _int_in("priority", self.priority, -(2**31), _INT31)
+        if self.logprobs is not None:
+            raise InvalidArgumentError(
+                f"logprobs is not supported by this engine yet (must be None), got {self.logprobs!r}"
+            )
+
+    @property
+    def effective_top_k(self) -> int:
+        """``top_k`` for the sampling kernel (0 = off; -1 is the OpenAI spelling of off)."""
+        return max(self.top_k, 0)

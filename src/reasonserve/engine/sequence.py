@@ -1,4 +1,9 @@
-"""One request's state inside the engine."""
+"""One request's state inside the engine, and its latency metrics.
+
+Token times are kept per output token, so every latency is derived from the output as
+it finally stands: a rollback that removes tokens removes their times too, and phase,
+TTFT and TTFAT are recomputed from what remains.
+"""
 
 from __future__ import annotations
 
@@ -13,12 +18,19 @@ from reasonserve.engine.sampling_params import SamplingParams
 __all__ = ["RequestMetrics", "Sequence"]
 
 
-@dataclass
+@dataclass(frozen=True)
 class RequestMetrics:
+    """Latencies of one request (seconds on the engine's clock).
+
+    ``ttfat_s`` is SPEC §3's time to first answer token: from the end-of-thinking token
+    to the first token after it (from arrival when no end-of-thinking token is set)."""
+
     arrival_s: float
     first_token_s: float | None = None
+    end_of_thinking_s: float | None = None
     first_answer_token_s: float | None = None  # first token after end-of-thinking
     finished_s: float | None = None
+    num_output_tokens: int = 0
     num_preemptions: int = 0
     num_cached_tokens: int = 0  # prompt tokens whose KV came from the prefix cache
     num_swaps: int = 0  # preemptions that kept the KV in host memory
@@ -29,34 +41,103 @@ class RequestMetrics:
 
     @property
     def ttfat_s(self) -> float | None:
-        return None if self.first_answer_token_s is None else self.first_answer_token_s - self.arrival_s
+        if self.first_answer_token_s is None:
+            return None
+        start = self.end_of_thinking_s if self.end_of_thinking_s is not None else self.arrival_s
+        return self.first_answer_token_s - start
+
+    @property
+    def e2e_s(self) -> float | None:
+        return None if self.finished_s is None else self.finished_s - self.arrival_s
+
+    @property
+    def tpot_s(self) -> float | None:
+        """Mean time per output token after the first."""
+        if self.finished_s is None or self.first_token_s is None or self.num_output_tokens < 2:
+            return None
+        return (self.finished_s - self.first_token_s) / (self.num_output_tokens - 1)
 
 
-@dataclass
+@dataclass(eq=False)
 class Sequence:
     request_id: str
     prompt: list[int]
     params: SamplingParams
     seed: int
-    metrics: RequestMetrics
-    phase: Phase = Phase.PREFILL
+    arrival_s: float
+    end_of_thinking: int | None = None
+    program_id: str | None = None
+    prefix_hashes: tuple[int, ...] = ()
     output: list[int] = field(default_factory=list)
+    token_times: list[float] = field(default_factory=list)
     block_table: list[int] = field(default_factory=list)
     num_computed: int = 0  # tokens whose KV is in the cache
+    status: str = "waiting"  # "waiting" | "running" | "finished"
     finish_reason: str | None = None
     dvr: DVRState = field(default_factory=DVRState)
     swapped: tuple[torch.Tensor, torch.Tensor] | None = None  # host copy of the KV while preempted
+    enqueued_s: float = 0.0
+    quantum_used: int = 0
+    num_preemptions: int = 0
+    num_swaps: int = 0
+    num_cached_tokens: int = 0
+    eot_index: int | None = None  # index in output of the end-of-thinking token
+    finished_s: float | None = None
 
     @property
-    def verified_output(self) -> list[int]:
-        """Output tokens safe to stream (all of them for non-deterministic requests)."""
-        return self.output[: self.dvr.verified] if self.params.deterministic else list(self.output)
+    def num_tokens(self) -> int:
+        return len(self.prompt) + len(self.output)
+
+    @property
+    def num_pending(self) -> int:
+        """Tokens whose KV is not computed yet."""
+        return len(self.prompt) + len(self.output) - self.num_computed
 
     @property
     def tokens(self) -> list[int]:
         return self.prompt + self.output
 
+    def pending(self, n: int) -> list[int]:
+        """The first ``n`` tokens whose KV is not computed yet."""
+        start = self.num_computed
+        if start >= len(self.prompt):
+            return self.output[start - len(self.prompt) : start - len(self.prompt) + n]
+        return (self.prompt[start : start + n] + self.output)[:n]
+
     @property
-    def pending(self) -> list[int]:
-        """Tokens whose KV is not yet computed."""
-        return self.tokens[self.num_computed :]
+    def phase(self) -> Phase:
+        if self.status == "finished":
+            return Phase.FINISHED
+        if not self.output:
+            return Phase.PREFILL
+        thinking = self.end_of_thinking is not None and self.eot_index is None
+        return Phase.REASONING if thinking else Phase.ANSWERING
+
+    @property
+    def verified_output(self) -> list[int]:
+        """Output tokens that are final (all of them for non-deterministic requests)."""
+        return self.output[: self.dvr.verified]
+
+    def append(self, token: int, now: float) -> None:
+        if token == self.end_of_thinking and self.eot_index is None:
+            self.eot_index = len(self.output)
+        self.output.append(token)
+        self.token_times.append(now)
+
+    def truncate(self, n: int) -> None:
+        """Keep the first ``n`` output tokens (rollback)."""
+        del self.output[n:], self.token_times[n:]
+        if self.eot_index is not None and self.eot_index >= n:
+            self.eot_index = None
+
+    def metrics(self) -> RequestMetrics:
+        times, eot = self.token_times, self.eot_index
+        thinking = self.end_of_thinking is not None
+        if thinking:
+            end_s = times[eot] if eot is not None else None
+            answer_s = times[eot + 1] if eot is not None and eot + 1 < len(times) else None
+        else:
+            end_s, answer_s = None, times[0] if times else None
+        return RequestMetrics(self.arrival_s, times[0] if times else None, end_s, answer_s, self.finished_s,
+                              len(self.output), self.num_preemptions, self.num_cached_tokens,
+                              self.num_swaps)  # fmt: skip

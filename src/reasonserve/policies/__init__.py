@@ -1,10 +1,43 @@
-"""Scheduling policies: pure ``decide(view) -> decisions`` objects, looked up by name."""
+"""Scheduling policies: pure ``decide(view) -> decisions`` objects.
 
-from reasonserve.policies.base import Admit, Decision, Preempt, RequestView, SchedulerView, SchedulingPolicy
+Pass a policy object to the host (``Engine(model, config, policy=FCFSPolicy())``);
+:data:`REGISTRY` maps names to factories for the CLI and configs only.
+"""
+
+from reasonserve.policies.base import (
+    Abort,
+    Admit,
+    Decision,
+    Migrate,
+    Order,
+    Preempt,
+    RequestView,
+    SchedulerView,
+    SchedulingPolicy,
+    Stop,
+    TokenBudget,
+    check_policy,
+)
 from reasonserve.policies.fcfs import FCFSPolicy
+from reasonserve.policies.round_robin import RoundRobinPolicy
 
 #: Policies by name, for the CLI and configs.
-REGISTRY = {"fcfs": FCFSPolicy}
+REGISTRY = {"fcfs": FCFSPolicy, "round_robin": RoundRobinPolicy}
 
-__all__ = ["REGISTRY", "Admit", "Decision", "FCFSPolicy", "Preempt", "RequestView", "SchedulerView",
-           "SchedulingPolicy"]  # fmt: skip
+__all__ = [
+    "REGISTRY",
+    "Abort",
+    "Admit",
+    "Decision",
+    "FCFSPolicy",
+    "Migrate",
+    "Order",
+    "Preempt",
+    "RequestView",
+    "RoundRobinPolicy",
+    "SchedulerView",
+    "SchedulingPolicy",
+    "Stop",
+    "TokenBudget",
+    "check_policy",
+]

@@ -1,11 +1,15 @@
-"""First come, first served: admit by arrival, preempt the latest arrival first."""
+"""First come, first served (vLLM's default): admit by arrival while KV blocks and seats
+last; when the running batch's growth does not fit, preempt the newest arrival first,
+and admit nothing in a step that preempted."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from reasonserve.policies.base import Admit, Decision, Preempt, SchedulerView
+from reasonserve.core.decisions import Decision, Preempt
+from reasonserve.core.views import SchedulerView
+from reasonserve.policies._capacity import admit_in_order, growth
 
 __all__ = ["FCFSPolicy"]
 
@@ -15,17 +19,15 @@ class FCFSPolicy:
     name: str = "fcfs"
 
     def decide(self, view: SchedulerView) -> Sequence[Decision]:
-        """Admit waiting requests oldest first; when the decode step would not fit in the
-        free blocks, preempt the newest running requests until it does."""
-        decisions: list[Decision] = []
         running = sorted(view.running, key=lambda r: (r.arrival_s, r.request_id))
-        need = sum(1 for r in running if (r.num_computed_tokens % view.block_size) == 0)
-        free = view.free_blocks
+        need, free = growth(running), view.free_blocks
+        decisions: list[Decision] = []
         while running and need > free:
             victim = running.pop()
             decisions.append(Preempt(victim.request_id))
-            need -= int(victim.num_computed_tokens % view.block_size == 0)
-            free += -(-victim.num_computed_tokens // view.block_size)
+            need -= victim.blocks_needed
+            free += victim.num_blocks
+        if decisions:
+            return decisions
         waiting = sorted(view.waiting, key=lambda r: (r.arrival_s, r.request_id))
-        decisions += [Admit(r.request_id) for r in waiting]
-        return decisions
+        return admit_in_order(view, waiting, free - need, view.max_num_seqs - len(running))

@@ -1,0 +1,77 @@
+"""Frozen views a scheduling policy decides on (host-agnostic: engine, simulator, adapters).
+
+A host builds one :class:`SchedulerView` per step. Each :class:`RequestView` carries
+what the policy families need: arrival and last-enqueue times, phase, token counts, KV
+blocks held and the blocks it needs to run its pending tokens this step, the program
+it belongs to (reasoning programs: self-consistency samples, beams), prefix hashes
+(one per full prompt block, chained), the tokens computed since it was last admitted
+(its quantum used), priority and whether it is deterministic. Views are immutable;
+policies must not keep references that outlive ``decide``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from reasonserve.core.phase import Phase
+
+__all__ = ["InstanceView", "ProgramView", "RequestView", "SchedulerView"]
+
+
+@dataclass(frozen=True, slots=True)
+class RequestView:
+    request_id: str
+    arrival_s: float
+    phase: Phase
+    num_prompt_tokens: int
+    num_computed_tokens: int
+    num_output_tokens: int
+    priority: int = 0  # larger is more urgent (OpenAI-style extension)
+    num_blocks: int = 0  # KV blocks held now
+    blocks_needed: int = 0  # more blocks to run this request's pending tokens (admission: all of them)
+    enqueued_s: float = 0.0  # when it last entered the waiting queue (arrival, or its last preemption)
+    quantum_used: int = 0  # tokens computed since it was last admitted
+    max_tokens: int = 0  # its output budget
+    program_id: str | None = None
+    prefix_hashes: tuple[int, ...] = ()
+    deterministic: bool = False
+    swapped: bool = False  # preempted with its KV kept in host memory
+
+    @property
+    def num_tokens(self) -> int:
+        return self.num_prompt_tokens + self.num_output_tokens
+
+
+@dataclass(frozen=True, slots=True)
+class ProgramView:
+    """A reasoning program (e.g. the samples of one self-consistency question)."""
+
+    program_id: str
+    request_ids: tuple[str, ...]
+    arrival_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class InstanceView:
+    """One serving instance, for router policies over several hosts."""
+
+    instance_id: str
+    num_running: int
+    num_waiting: int
+    free_blocks: int
+    total_blocks: int
+
+
+@dataclass(frozen=True, slots=True)
+class SchedulerView:
+    now_s: float
+    waiting: tuple[RequestView, ...]
+    running: tuple[RequestView, ...]
+    free_blocks: int
+    block_size: int
+    max_num_seqs: int
+    total_blocks: int = 0
+    max_num_batched_tokens: int = 0
+    step: int = 0
+    programs: tuple[ProgramView, ...] = ()
+    instance_id: str = "0"

@@ -1,0 +1,188 @@
+"""The scheduler: queues, frozen views, a policy object's decisions, blocks, preemption.
+
+Each step :meth:`Scheduler.schedule` builds a :class:`SchedulerView`, asks the policy,
+validates every decision (``decision_check``: all or none are applied), applies them
+(stop/abort, preempt, admit in the given order), then hands out the step's token
+budget in the policy's order (``Order``/``TokenBudget``; by default running order,
+decodes first) and grows block tables. The scheduler never picks whom to admit or
+preempt, with one exception for liveness: when no running request can get a block
+and the policy preempted nothing, the last request in the step's order is preempted.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from reasonserve.core.policy import check_policy, policy_name
+from reasonserve.core.views import RequestView, SchedulerView
+from reasonserve.engine.block_manager import BlockManager, OutOfBlocks
+from reasonserve.engine.decision_check import Plan, check_decisions
+from reasonserve.engine.engine_config import EngineConfig
+from reasonserve.engine.model_runner import ModelRunner
+from reasonserve.engine.sequence import Sequence
+
+__all__ = ["Scheduler"]
+
+
+class Scheduler:
+    def __init__(self, config: EngineConfig, policy, runner: ModelRunner, clock: Callable[[], float]) -> None:
+        self.policy, self.name = check_policy(policy), policy_name(policy)
+        self.config, self.runner, self.clock = config, runner, clock
+        self.blocks = BlockManager(config.num_blocks, config.block_size)
+        self.max_num_seqs = config.max_num_seqs
+        self.waiting: list[Sequence] = []
+        self.running: list[Sequence] = []
+        self.by_id: dict[str, Sequence] = {}
+        self.steps = self.num_preemptions = 0
+
+    # queues --------------------------------------------------------------------------
+    def add(self, seq: Sequence) -> None:
+        seq.status, seq.enqueued_s = "waiting", seq.arrival_s
+        self.waiting.append(seq)
+        self.by_id[seq.request_id] = seq
+
+    def finish(self, seq: Sequence, reason: str) -> None:
+        """Retire a live request: free its blocks, forget it."""
+        if seq.status == "running":
+            self.blocks.free(seq.block_table)
+            self.running.remove(seq)
+        else:
+            self.waiting.remove(seq)
+        self.by_id.pop(seq.request_id, None)
+        seq.block_table, seq.swapped = [], None
+        seq.status, seq.finish_reason, seq.finished_s = "finished", reason, self.clock()
+
+    def growth(self, seq: Sequence) -> int:
+        """More blocks a running request needs to compute all its pending tokens."""
+        return max(0, self.blocks.blocks_for(seq.num_computed + seq.num_pending) - len(seq.block_table))
+
+    def admission_blocks(self, seq: Sequence) -> int:
+        """Blocks admitting a waiting request takes at most (prefix-cache hits take fewer)."""
+        return self.blocks.blocks_for(seq.num_computed if seq.swapped is not None else seq.num_tokens)
+
+    # views ---------------------------------------------------------------------------
+    def view(self) -> SchedulerView:
+        def waiting(s: Sequence) -> RequestView:
+            return RequestView(
+                s.request_id,
+                s.arrival_s,
+                s.phase,
+                len(s.prompt),
+                s.num_computed,
+                len(s.output),
+                s.params.priority,
+                0,
+                self.admission_blocks(s),
+                s.enqueued_s,
+                0,
+                s.params.max_tokens,
+                s.program_id,
+                s.prefix_hashes,
+                s.params.deterministic,
+                s.swapped is not None,
+            )
+
+        def running(s: Sequence) -> RequestView:
+            return RequestView(
+                s.request_id,
+                s.arrival_s,
+                s.phase,
+                len(s.prompt),
+                s.num_computed,
+                len(s.output),
+                s.params.priority,
+                self.blocks.exclusive(s.block_table),
+                self.growth(s),
+                s.enqueued_s,
+                s.quantum_used,
+                s.params.max_tokens,
+                s.program_id,
+                s.prefix_hashes,
+                s.params.deterministic,
+                False,
+            )
+
+        cfg = self.config
+        return SchedulerView(
+            self.clock(),
+            tuple(map(waiting, self.waiting)),
+            tuple(map(running, self.running)),
+            self.blocks.num_free,
+            cfg.block_size,
+            cfg.max_num_seqs,
+            cfg.num_blocks,
+            cfg.max_num_batched_tokens,
+            self.steps,
+        )
+
+    # one step ------------------------------------------------------------------------
+    def schedule(self) -> tuple[list[tuple[Sequence, int]], list[tuple[Sequence, str]]]:
+        """Returns (request, tokens to run) in order, and the requests a Stop/Abort decision
+        finished with their reasons."""
+        plan = check_decisions(self.policy.decide(self.view()), self, self.name)
+        stopped = self._apply(plan)
+        self.steps += 1
+        return self._hand_out(plan), stopped
+
+    def _apply(self, plan: Plan) -> list[tuple[Sequence, str]]:
+        stopped = []
+        for rid, (kind, reason) in plan.finish.items():
+            seq = self.by_id[rid]
+            self.finish(seq, kind)
+            stopped.append((seq, reason))
+        for rid, mode in plan.preempt.items():
+            self.preempt(self.by_id[rid], mode or self.config.preemption)
+        for seq in plan.admit:
+            self._admit(seq)
+        return stopped
+
+    def _admit(self, seq: Sequence) -> None:
+        if seq.swapped is not None:
+            seq.block_table = self.blocks.allocate(self.blocks.blocks_for(seq.num_computed))
+            self.runner.swap_in(seq.block_table, seq.swapped)
+            seq.swapped = None
+        else:
+            seq.block_table, seq.num_computed = self.blocks.allocate_prompt(seq.tokens)
+            seq.num_cached_tokens += seq.num_computed
+        self.waiting.remove(seq)
+        self.running.append(seq)
+        seq.status, seq.quantum_used = "running", 0
+
+    def preempt(self, seq: Sequence, mode: str) -> None:
+        """Back to the waiting queue. ``recompute`` drops the KV; ``swap`` keeps a host copy."""
+        if mode == "swap" and seq.num_computed:
+            seq.swapped = self.runner.swap_out(seq.block_table, seq.num_computed)
+            seq.num_swaps += 1
+        else:
+            seq.num_computed = 0
+        self.blocks.free(seq.block_table)
+        seq.block_table = []
+        seq.num_preemptions += 1
+        self.num_preemptions += 1
+        self.running.remove(seq)
+        self.waiting.append(seq)
+        seq.status, seq.enqueued_s = "waiting", self.clock()
+
+    def _hand_out(self, plan: Plan) -> list[tuple[Sequence, int]]:
+        first = [s for s in map(self.by_id.get, plan.order) if s is not None and s.status == "running"]
+        named = set(plan.order)
+        rest = [s for s in self.running if s.request_id not in named]
+        rest.sort(key=lambda s: s.num_pending > 1)  # decodes first (stable: running order)
+        budget, out = self.config.max_num_batched_tokens, []
+        for seq in first + rest:
+            n = min(seq.num_pending, budget, plan.budgets.get(seq.request_id, budget))
+            if n < 1:
+                continue
+            try:
+                for src, dst in self.blocks.ensure_capacity(seq.block_table, seq.num_computed + n):
+                    self.runner.cache.copy_block(src, dst)
+            except OutOfBlocks:
+                continue
+            out.append((seq, n))
+            budget -= n
+        if not out and self.running and not plan.preempt:
+            blocked = [s for s in first + rest if plan.budgets.get(s.request_id, 1) > 0]
+            if blocked:  # liveness: nobody could grow; free the last one's blocks
+                self.preempt(blocked[-1], self.config.preemption)
+                return self._hand_out(Plan(order=plan.order, budgets=plan.budgets))
+        return out

@@ -1,0 +1,51 @@
+"""Round-robin with a token quantum: a running request that has computed ``quantum``
+tokens since it was admitted yields its seat (preempted with ``mode``) while others
+wait; the waiting queue is served in the order requests (re-)entered it."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from reasonserve.core.decisions import Decision, Preempt
+from reasonserve.core.errors import InvalidArgumentError
+from reasonserve.core.views import SchedulerView
+from reasonserve.policies._capacity import admit_in_order, growth
+
+__all__ = ["RoundRobinPolicy"]
+
+
+@dataclass(frozen=True, slots=True)
+class RoundRobinPolicy:
+    quantum: int = 64
+    mode: str | None = "swap"  # keep the KV of a request that yields; None: the host's mode
+    name: str = "round_robin"
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.quantum, int) or isinstance(self.quantum, bool) or self.quantum < 1:
+            raise InvalidArgumentError(f"quantum must be an int >= 1, got {self.quantum!r}")
+        if self.mode not in (None, "recompute", "swap"):
+            raise InvalidArgumentError(f"mode must be None, 'recompute' or 'swap', got {self.mode!r}")
+
+    def decide(self, view: SchedulerView) -> Sequence[Decision]:
+        # Oldest turn first; the request that has used the most of its quantum yields first.
+        running = sorted(view.running, key=lambda r: (r.enqueued_s, r.request_id))
+        waiting = sorted(view.waiting, key=lambda r: (r.enqueued_s, r.request_id))
+        decisions: list[Decision] = []
+        free = view.free_blocks
+        if waiting:
+            expired = [r for r in running if r.quantum_used >= self.quantum]
+            for r in expired:
+                decisions.append(Preempt(r.request_id, self.mode))
+                free += r.num_blocks
+            running = [r for r in running if r.quantum_used < self.quantum]
+        need = growth(running)
+        by_quantum = sorted(running, key=lambda r: (-r.quantum_used, r.request_id))
+        while by_quantum and need > free:
+            victim = by_quantum.pop(0)
+            decisions.append(Preempt(victim.request_id, self.mode))
+            running.remove(victim)
+            need -= victim.blocks_needed
+            free += victim.num_blocks
+        decisions += admit_in_order(view, waiting, free - need, view.max_num_seqs - len(running))
+        return decisions
