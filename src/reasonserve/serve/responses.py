@@ -29,9 +29,9 @@ def final_body(gen: Generation, model: str, echo_texts: dict[int, str]) -> dict:
     for c in sorted(gen.choices.values(), key=lambda c: c.index):
         choice: dict = {"index": c.index}
         if plan.chat:
-            choice["message"] = {"role": "assistant", "content": c.text.text}
+            choice["message"] = {"role": "assistant", "content": c.text.text, "tool_calls": []}
         else:
-            choice["text"] = echo_texts.get(c.index, "") + c.text.text
+            choice.update(text=echo_texts.get(c.index, "") + c.text.text, prompt_logprobs=None)
         choice.update(logprobs=None, finish_reason=c.finish_reason, stop_reason=c.stop_reason)
         if plan.return_token_ids:
             choice.update(prompt_token_ids=c.prompt_ids, token_ids=c.token_ids)
