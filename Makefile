@@ -6,24 +6,28 @@ TORCH_SPEC ?= torch==2.13.0
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip install --quiet --disable-pip-version-check
 PYTEST_ARGS ?=
+# The native kernels build against the venv's torch: no build isolation (an isolated
+# build would fetch another torch). setup.py still installs when the build fails.
+NATIVE_SRC := setup.py $(wildcard src/reasonserve/_csrc/*)
+EDITABLE := --no-build-isolation -e
 
 .PHONY: demo test lint typecheck docs bench clean
 
 $(VENV)/.torch:
 	$(PYTHON) -m venv $(VENV)
-	$(PIP) "$(TORCH_SPEC)"
+	$(PIP) "$(TORCH_SPEC)" "setuptools>=68" wheel ninja
 	touch $@
 
-$(VENV)/.base: $(VENV)/.torch pyproject.toml
-	$(PIP) -e .
+$(VENV)/.base: $(VENV)/.torch pyproject.toml $(NATIVE_SRC)
+	$(PIP) $(EDITABLE) .
 	touch $@
 
-$(VENV)/.dev: $(VENV)/.torch pyproject.toml
-	$(PIP) -e ".[dev,triton,embed]"
+$(VENV)/.dev: $(VENV)/.torch pyproject.toml $(NATIVE_SRC)
+	$(PIP) $(EDITABLE) ".[dev,triton,embed]"
 	touch $@
 
 $(VENV)/.docs: $(VENV)/.dev
-	$(PIP) -e ".[dev,triton,embed,docs]"
+	$(PIP) $(EDITABLE) ".[dev,triton,embed,docs]"
 	touch $@
 
 demo: $(VENV)/.base
@@ -45,4 +49,4 @@ bench: $(VENV)/.dev
 	$(PY) benchmarks/ops.py
 
 clean:
-	rm -rf $(VENV) site build dist .pytest_cache .ruff_cache .mypy_cache .hypothesis
+	rm -rf $(VENV) site build dist .pytest_cache .ruff_cache .mypy_cache .hypothesis src/reasonserve/_C*.so

@@ -2,7 +2,9 @@
 
 Without a GPU they run in the Triton interpreter (``TRITON_INTERPRET=1``, set by
 ``conftest.py``) on small fp32/fp16 shapes — the interpreter computes bf16 ``tl.dot``
-wrongly. With CUDA the same tests run on the GPU; ``test_gpu.py`` adds real sizes.
+wrongly — with a K-ordered ``tl.dot`` (``_ordered_dot``) so that they test the
+kernel's reduction order, not the host BLAS. With CUDA the same tests run on the GPU;
+``test_gpu.py`` adds real sizes.
 """
 
 import pytest
@@ -10,6 +12,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import _ordered_dot
 from _compare import assert_close
 from _invariance import check_batch_invariance, junk_rows
 from _op_cases import ROW_OPS, attention_case, row_case
@@ -17,6 +20,12 @@ from _tolerances import tolerance
 from reasonserve import ops
 
 pytest.importorskip("triton", reason="Triton kernels need the triton package (triton extra)")
+
+
+@pytest.fixture(autouse=True)
+def _ordered_interpreter_dot(monkeypatch):
+    if not torch.cuda.is_available():
+        _ordered_dot.install(monkeypatch)
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 DTYPES = [torch.float32, torch.float16]

@@ -1,15 +1,17 @@
-"""The two building blocks that make the torch reference path batch-invariant.
+"""The building blocks that make the torch path batch-invariant.
 
-* :func:`tiled_matmul_2d` never lets the batch choose a BLAS kernel. Rows are padded
-  to a multiple of the smallest tile and every BLAS call has one of a few fixed row
-  counts (``ROWS_FIRST_TILES`` / ``WEIGHT_FIRST_TILES``, chosen by the layout of the
-  other operand). A fixed shape means a fixed kernel, fixed blocking and a fixed
-  reduction order over ``K``. The smallest tile defines the bits; a larger tile is
-  used only after a probe has shown that BLAS gives every row the same bits at both
-  sizes for that ``(K, N)``, layout, alignment, dtype and thread count
-  (:func:`tile_agrees`). Stock CPU ``mm`` picks kernels by row count, with boundaries
-  that move with ``K`` and ``N`` (``docs/determinism.md``), so nothing here assumes
-  a "safe range" of row counts.
+* :func:`exact_matmul_2d` (the CPU fallback when the native kernels are missing):
+  products of float32/half operands are exact in float64, and they are summed by
+  :func:`tree_sum`, so a row's bits are fixed by its values alone — proven, not
+  observed, on any CPU. Slow (element-wise work and a float64 temporary).
+* :func:`tiled_matmul_2d` (other devices) never lets the batch choose a BLAS kernel.
+  Rows are padded into fixed-shape row tiles (``ROWS_FIRST_TILES`` /
+  ``WEIGHT_FIRST_TILES``, chosen by the layout of the other operand). A one-row call
+  defines the bits; a larger tile is used only after a probe has seen a row in EVERY
+  slot of that tile get the one-row bits, on two random draws, for that ``(K, N)``,
+  layout, alignment, dtype and thread count (:func:`tile_agrees`). BLAS may pick
+  kernels by row count and even by a row's slot inside a call (``docs/determinism.md``),
+  so this is an observation per shape, not a proof.
 * :func:`tree_sum` reduces with element-wise additions in a fixed pairwise tree
   whose shape depends only on the reduced length. Element-wise IEEE additions are
   exact per element, so the result does not depend on threads, vector width or
@@ -30,8 +32,12 @@ import torch
 #   1.5x a one-row GEMV and a 256-row call 1.03x per row of a stock 1024-row product;
 # * ``b = W.T`` with ``W`` row-major (``nn.Linear``'s layout): ``(W @ tile.T).T``,
 #   whose kernel class ends at 56 rows; 8 rows cost 2.4x a GEMV, 48 rows 1.5x stock.
-ROWS_FIRST_TILES = (256, 128, 64, 16, 4)
-WEIGHT_FIRST_TILES = (48, 16, 8)
+ROWS_FIRST_TILES = (256, 128, 64, 16, 4, 1)
+WEIGHT_FIRST_TILES = (48, 16, 8, 1)
+# Draws of the probe: a kernel choice that depends on values would show on one of them.
+_PROBE_DRAWS = 2
+# Elements of the float64 temporary per chunk of exact_matmul_2d.
+_EXACT_CHUNK_ELEMS = 1 << 21
 _ALIGN_BYTES = 64
 
 
@@ -71,20 +77,22 @@ def _probe_operand(shape, strides, dtype, device, offset_elems, gen) -> torch.Te
 def tile_agrees(
     tile: int, k: int, n: int, dtype: torch.dtype, device: str, b_strides: tuple, b_offset: int, threads: int
 ) -> bool:
-    """Whether one BLAS call of ``tile`` rows gives every row the bits of the smallest tile.
+    """Whether one BLAS call of ``tile`` rows gives the row in every slot its one-row bits.
 
-    The kernel BLAS picks depends on shapes, strides, alignment, dtype and threads —
-    never on values — so one random probe with those properties decides it. The
-    answer is memoized per process (keyed by all of them).
+    Each slot ``0 .. tile-1`` of the call is compared with the same row computed alone
+    (a one-row call), on :data:`_PROBE_DRAWS` random draws. The answer is memoized per
+    process, keyed by everything known to steer BLAS's kernel choice.
     """
     del threads  # part of the cache key: a different thread count may pick other kernels
-    gen = torch.Generator().manual_seed(tile * 7919 + k * 31 + n)
-    b = _probe_operand((k, n), b_strides, dtype, device, b_offset, gen)
-    a = torch.randn(tile, k, generator=gen).to(dtype=dtype, device=device)
-    small = _tiles(b)[-1]
-    whole = _product(a, b)
-    pieces = torch.cat([_product(a[i : i + small].clone(), b) for i in range(0, tile, small)])
-    return _same_bits(whole, pieces)
+    for draw in range(_PROBE_DRAWS):
+        gen = torch.Generator().manual_seed(tile * 7919 + k * 31 + n + draw * 104729)
+        b = _probe_operand((k, n), b_strides, dtype, device, b_offset, gen)
+        a = torch.randn(tile, k, generator=gen).to(dtype=dtype, device=device)
+        whole = _product(a, b)
+        alone = torch.cat([_product(_tile_rows(a, i, 1), b) for i in range(tile)])
+        if not _same_bits(whole, alone):
+            return False
+    return True
 
 
 def _same_bits(x: torch.Tensor, y: torch.Tensor) -> bool:
@@ -128,6 +136,28 @@ def tiled_matmul_2d(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
             out[start : start + tile] = _product(_tile_rows(a, start, tile), b)
             start += tile
     return out[:m]
+
+
+def exact_matmul_2d(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """``a [M, K] @ b [K, N]`` from exact float64 products and a fixed pairwise tree.
+
+    For float32/float16/bfloat16 operands every product is exact in float64 and the
+    tree's order depends only on ``K``, so each output's bits depend only on its row
+    and column. Chunking over rows and columns never changes them.
+    """
+    m, k = a.shape
+    n = b.shape[1]
+    if m == 0 or n == 0 or k == 0:
+        return a.new_zeros((m, n))
+    a64, bt64 = a.to(torch.float64), b.t().to(torch.float64)
+    cols = max(1, min(n, _EXACT_CHUNK_ELEMS // k))
+    rows = max(1, _EXACT_CHUNK_ELEMS // (cols * k))
+    out = torch.empty((m, n), dtype=torch.float64, device=a.device)
+    for i in range(0, m, rows):
+        for j in range(0, n, cols):
+            terms = a64[i : i + rows, None, :] * bt64[None, j : j + cols, :]
+            out[i : i + rows, j : j + cols] = tree_sum(terms)
+    return out.to(a.dtype)
 
 
 def tree_sum(x: torch.Tensor, *, dim: int = -1, keepdim: bool = False) -> torch.Tensor:

@@ -1,9 +1,12 @@
-"""Choosing between the torch reference path and the Triton kernels.
+"""Choosing between the native CPU kernels, the Triton kernels and the torch path.
 
-``impl="auto"`` picks Triton only for CUDA tensors when Triton imports, and falls back
-to the torch reference silently otherwise. ``impl="triton"`` raises
-:class:`ImplementationUnavailableError` when it cannot run: Triton missing, or CPU
-tensors without the Triton interpreter (``TRITON_INTERPRET=1``, read at call time).
+``impl="auto"`` picks Triton for CUDA tensors when Triton imports, the native
+fixed-order kernels for float32/float16/bfloat16 CPU tensors when they are built, and
+the torch path otherwise (on CPU with a one-time warning that it is the slow exact
+fallback). ``impl="native"`` / ``impl="triton"`` raise
+:class:`ImplementationUnavailableError` when they cannot run: extension not built,
+wrong device or dtype; Triton missing, or CPU tensors without the Triton interpreter
+(``TRITON_INTERPRET=1``, read at call time).
 """
 
 from __future__ import annotations
@@ -15,8 +18,11 @@ import os
 import torch
 
 from reasonserve.core.errors import ImplementationUnavailableError, InvalidArgumentError
+from reasonserve.ops import _native
 
-IMPLS = ("auto", "torch", "triton")
+IMPLS = ("auto", "torch", "native", "triton")
+#: Dtypes the native CPU kernels accept (computed in float32); float64 takes the torch path.
+NATIVE_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 #: Dtypes the Triton kernels accept; float64 always takes the torch path.
 TRITON_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
@@ -32,12 +38,30 @@ def triton_interpreting() -> bool:
     return os.environ.get("TRITON_INTERPRET", "0") == "1"
 
 
+def _native_ok(tensor: torch.Tensor) -> bool:
+    return tensor.device.type == "cpu" and tensor.dtype in NATIVE_DTYPES
+
+
+def _resolve_native(impl: str, tensor: torch.Tensor) -> str:
+    if impl == "native" and not (_native_ok(tensor) and _native.available()):
+        raise ImplementationUnavailableError(
+            "impl='native' needs float32/float16/bfloat16 CPU tensors and the built extension; "
+            f"device={tensor.device}, dtype={tensor.dtype}, extension: {_native.load_error() or 'loaded'}"
+        )
+    if _native.available():
+        return "native"
+    _native.warn_fallback()
+    return "torch"
+
+
 def resolve_impl(impl: str, tensor: torch.Tensor) -> str:
-    """Return ``"torch"`` or ``"triton"`` for an op about to run on ``tensor``."""
+    """Return ``"torch"``, ``"native"`` or ``"triton"`` for an op about to run on ``tensor``."""
     if impl not in IMPLS:
         raise InvalidArgumentError(f"impl must be one of {IMPLS}, got {impl!r}")
     if impl == "torch":
         return "torch"
+    if impl == "native" or (impl == "auto" and _native_ok(tensor)):
+        return _resolve_native(impl, tensor)
     device = tensor.device
     runnable = (
         triton_installed()

@@ -8,6 +8,9 @@ sits at position ``L - S + i`` and sees keys ``0 .. L - S + i``.
 Guarantee: bitwise batch-invariant and run-to-run deterministic. Each sequence's
 result depends only on its own ``q``, its first ``L`` keys/values and ``L``:
 
+* native (CPU): the fixed-order kernel of ``_csrc/fixed_order.h`` (the same one
+  ``paged_attention`` uses: ``k``/``v`` are read as a cache of ``B`` blocks of ``T``
+  tokens), identical bits on every CPU.
 * torch reference: dot products and sums over keys are fixed pairwise trees
   (``_fixed_order.tree_sum``) over KV chunks of :data:`KV_SPLIT_TOKENS` keys, chunk
   results combined by a tree in chunk order. A zero-padded tree gives the same bits
@@ -23,6 +26,7 @@ import math
 import torch
 
 from reasonserve.core.errors import InvalidArgumentError, InvalidTypeError
+from reasonserve.ops import _native_calls
 from reasonserve.ops._checks import accumulation_dtype, check_same, check_tensor
 from reasonserve.ops._fixed_order import tree_sum
 from reasonserve.ops._impl import resolve_impl
@@ -114,6 +118,28 @@ def _reference(q, k, v, lens, causal: bool, scale: float) -> torch.Tensor:
     return torch.cat(outs, dim=3).reshape(b, hq, s, d).to(q.dtype)
 
 
+def query_rows(seq_lens: torch.Tensor, query_lens: torch.Tensor, causal: bool = True):
+    """``(row_seq, row_keys)`` ``[T]`` int64: each packed query's sequence and how many
+    keys it sees (``position + 1`` when causal, its sequence's length otherwise)."""
+    qlens, lens = query_lens.to(torch.int64).cpu(), seq_lens.to(torch.int64).cpu()
+    row_seq = torch.repeat_interleave(torch.arange(qlens.shape[0]), qlens)
+    if not causal:
+        return row_seq, lens[row_seq].contiguous()
+    starts = torch.cumsum(qlens, 0) - qlens
+    index = torch.arange(row_seq.shape[0]) - starts[row_seq]
+    return row_seq, (lens[row_seq] - qlens[row_seq] + index + 1).contiguous()
+
+
+def _native(q, k, v, lens, causal: bool, scale: float) -> torch.Tensor:
+    """Contiguous attention as paged attention over ``B`` blocks of ``T`` tokens."""
+    b, hq, s, d = q.shape
+    tables = torch.arange(b, dtype=torch.int64)[:, None]
+    row_seq, row_keys = query_rows(lens, torch.full((b,), s, dtype=torch.int64), causal)
+    packed = q.transpose(1, 2).reshape(b * s, hq, d)
+    out = _native_calls.paged(packed, k.contiguous(), v.contiguous(), tables, row_seq, row_keys, scale)
+    return out.reshape(b, s, hq, d).transpose(1, 2).to(q.dtype)
+
+
 def attention_reference(q, k, v, *, causal: bool = True, scale: float | None = None, kv_lens=None):
     """The torch reference of :func:`attention` (defines its meaning)."""
     return attention(q, k, v, causal=causal, scale=scale, kv_lens=kv_lens, impl="torch")
@@ -139,7 +165,7 @@ def attention(
     scale : defaults to ``1 / sqrt(D)``
     kv_lens : int tensor ``[B]`` or None — keys ``>= kv_lens[b]`` are ignored
         (default: all ``T``). Values in ignored slots never affect the result.
-    impl : ``"auto"`` | ``"torch"`` | ``"triton"``
+    impl : ``"auto"`` | ``"torch"`` | ``"native"`` | ``"triton"``
 
     Returns
     -------
@@ -152,10 +178,13 @@ def attention(
         raise InvalidArgumentError(f"scale must be a finite number, got {scale!r}")
     if q.numel() == 0:
         return q.new_zeros(q.shape)
-    if resolve_impl(impl, q) == "triton":
+    which = resolve_impl(impl, q)
+    if which == "triton":
         from reasonserve.ops.triton.attention import attention_triton
 
         return attention_triton(q, k, v, lens, causal, float(scale))
+    if which == "native" and k.shape[2] > 0:
+        return _native(q, k, v, lens, causal, float(scale))
     return _reference(q, k, v, lens, causal, float(scale))
 
 

@@ -5,9 +5,16 @@ and in the leading batch dimensions: a row's output bits depend only on that row
 on the other operand, never on how many rows share the call or where the row sits.
 Run-to-run deterministic on the same machine, thread count and library versions.
 
-* torch reference (any device): fixed-shape row tiles, see ``_fixed_order``; batched
-  products with a small per-entry ``K * N`` use element-wise products summed by a
-  fixed pairwise tree instead (the choice depends on ``K`` and ``N`` only).
+* native (CPU, the default there): each output one in-order chain over ``K`` of
+  rounded multiplies and adds (``_csrc/fixed_order.h``); identical bits on every CPU
+  and instruction set. ``nn.Linear``-layout weights are packed once and cached.
+* torch path, CPU: exact float64 products summed by a fixed pairwise tree
+  (``_fixed_order.exact_matmul_2d``), provably invariant, slow — the fallback when
+  the extension is missing. Other devices: fixed-shape BLAS row tiles, a larger tile
+  only where a probe saw every slot give the one-row bits (``_fixed_order``).
+* batched products with a small per-entry ``K * N`` (CPU, either path) use
+  element-wise float32 products summed by a fixed pairwise tree (the choice depends
+  on ``K`` and ``N`` only).
 * Triton (CUDA): persistent kernel with fixed tile sizes and no split-K.
 """
 
@@ -16,18 +23,24 @@ from __future__ import annotations
 import torch
 
 from reasonserve.core.errors import InvalidArgumentError
+from reasonserve.ops import _native_calls
 from reasonserve.ops._checks import check_same, check_tensor
-from reasonserve.ops._fixed_order import tiled_matmul_2d, tree_sum
+from reasonserve.ops._fixed_order import exact_matmul_2d, tiled_matmul_2d, tree_sum
 from reasonserve.ops._impl import resolve_impl
 
 __all__ = ["k_major", "linear", "linear_reference", "matmul", "matmul_reference"]
 
 
 def _mm_2d(a: torch.Tensor, b: torch.Tensor, impl: str) -> torch.Tensor:
-    if resolve_impl(impl, a) == "triton":
+    which = resolve_impl(impl, a)
+    if which == "triton":
         from reasonserve.ops.triton.matmul import matmul_triton
 
         return matmul_triton(a, b)
+    if which == "native":
+        return _native_calls.matmul_2d(a, b).to(a.dtype)
+    if a.device.type == "cpu":
+        return exact_matmul_2d(a, b)
     return tiled_matmul_2d(a, b)
 
 
@@ -51,7 +64,7 @@ def _tree_bmm(a3: torch.Tensor, b3: torch.Tensor) -> torch.Tensor:
 
 def _batched_mm(a3: torch.Tensor, b3: torch.Tensor, impl: str) -> torch.Tensor:
     k, n = b3.shape[1], b3.shape[2]
-    if k * n <= _TREE_MAX_KN and resolve_impl(impl, a3) == "torch":
+    if k * n <= _TREE_MAX_KN and resolve_impl(impl, a3) in ("torch", "native"):
         acc = a3.dtype if a3.dtype == torch.float64 else torch.float32
         return _tree_bmm(a3.to(acc), b3.to(acc)).to(a3.dtype)
     out = [_mm_2d(a3[i], b3[i], impl) for i in range(a3.shape[0])]
@@ -70,7 +83,7 @@ def matmul(a: torch.Tensor, b: torch.Tensor, *, impl: str = "auto") -> torch.Ten
     ----------
     a : Tensor ``[..., M, K]``
     b : Tensor ``[K, N]`` or ``[..., K, N]`` (leading dimensions broadcast with ``a``'s)
-    impl : ``"auto"`` | ``"torch"`` | ``"triton"``
+    impl : ``"auto"`` | ``"torch"`` | ``"native"`` | ``"triton"``
 
     Returns
     -------
@@ -131,7 +144,7 @@ def linear(
     weight : Tensor ``[N, K]``
     bias : Tensor ``[N]`` or None — added after the product (never fused into the
         accumulator), so the rounding is the same with and without a bias.
-    impl : ``"auto"`` | ``"torch"`` | ``"triton"``
+    impl : ``"auto"`` | ``"torch"`` | ``"native"`` | ``"triton"``
 
     Returns
     -------

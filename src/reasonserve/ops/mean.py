@@ -1,8 +1,9 @@
 """Batch-invariant ``mean`` over one or more dimensions.
 
-Guarantee: bitwise batch-invariant (the torch path sums in a fixed pairwise tree;
-the Triton path gives each output its own program with a fixed chunk order) and
-run-to-run deterministic. Half inputs accumulate in float32.
+Guarantee: bitwise batch-invariant (native: the 16-lane order of
+``_csrc/fixed_order.h``; the torch path sums in a fixed pairwise tree; the Triton path
+gives each output its own program with a fixed chunk order) and run-to-run
+deterministic. Half inputs accumulate in float32.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from collections.abc import Sequence
 import torch
 
 from reasonserve.core.errors import InvalidArgumentError
+from reasonserve.ops import _native_calls
 from reasonserve.ops._checks import accumulation_dtype, check_tensor, normalize_dim
 from reasonserve.ops._fixed_order import tree_sum
 from reasonserve.ops._impl import resolve_impl
@@ -66,7 +68,7 @@ def mean(
     x : Tensor ``[...]``, floating
     dim : int, sequence of ints, or None
     keepdim : keep reduced dims with size 1
-    impl : ``"auto"`` | ``"torch"`` | ``"triton"``
+    impl : ``"auto"`` | ``"torch"`` | ``"native"`` | ``"triton"``
     """
     check_tensor("x", x)
     if x.dim() == 0:
@@ -74,7 +76,11 @@ def mean(
     dims = _dims(dim, x.dim())
     rows = _to_last(x, dims)
     count = rows.shape[-1]
-    if resolve_impl(impl, x) == "triton":
+    which = resolve_impl(impl, x)
+    if which == "native" and count:
+        flat = _native_calls.mean_rows(rows.reshape(-1, count))
+        out = flat.reshape(rows.shape[:-1]).to(x.dtype)
+    elif which == "triton":
         from reasonserve.ops.triton.rowwise import mean_triton
 
         flat = mean_triton(rows.reshape(-1, count))

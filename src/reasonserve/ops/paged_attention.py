@@ -29,8 +29,10 @@ import math
 import torch
 
 from reasonserve.core.errors import InvalidArgumentError, InvalidTypeError
+from reasonserve.ops import _native_calls
 from reasonserve.ops._checks import check_same, check_tensor
-from reasonserve.ops.attention import attention
+from reasonserve.ops._impl import resolve_impl
+from reasonserve.ops.attention import attention, query_rows
 
 __all__ = ["paged_attention", "paged_attention_reference"]
 
@@ -135,7 +137,7 @@ def paged_attention(
     block_tables : int tensor ``[B, max_blocks]``
     seq_lens, query_lens : int tensors ``[B]``
     scale : defaults to ``1 / sqrt(D)``
-    impl : ``"auto"`` | ``"torch"`` | ``"native"``
+    impl : ``"auto"`` | ``"torch"`` | ``"native"`` (``"auto"`` is native on CPU when built)
 
     Returns
     -------
@@ -148,6 +150,10 @@ def paged_attention(
         raise InvalidArgumentError(f"scale must be a finite number, got {scale!r}")
     if q.numel() == 0:
         return q.new_zeros(q.shape)
-    if impl not in ("auto", "torch"):
-        raise InvalidArgumentError(f"impl must be 'auto' or 'torch', got {impl!r}")
+    if impl == "triton":
+        raise InvalidArgumentError("paged_attention has no Triton kernel; use 'auto', 'native' or 'torch'")
+    if resolve_impl(impl, q) == "native":
+        row_seq, row_keys = query_rows(seq_lens, query_lens)
+        out = _native_calls.paged(q, k_cache, v_cache, block_tables, row_seq, row_keys, float(scale))
+        return out.to(q.dtype)
     return _reference(q, k_cache, v_cache, block_tables, seq_lens, query_lens, float(scale))

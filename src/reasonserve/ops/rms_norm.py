@@ -3,7 +3,8 @@
 ``y = (x * 1/sqrt(mean(x**2) + eps)).to(x.dtype) * weight`` with statistics in
 float32 (float64 for float64 input), the order used by Llama/Qwen2 reference code.
 Guarantee: bitwise batch-invariant and run-to-run deterministic (one reduction
-order per row, no shape-dependent switch).
+order per row, no shape-dependent switch). Native (CPU): the 16-lane order of
+``_csrc/fixed_order.h``, the same bits on every CPU; torch path: a pairwise tree.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import math
 import torch
 
 from reasonserve.core.errors import InvalidArgumentError
+from reasonserve.ops import _native_calls
 from reasonserve.ops._checks import accumulation_dtype, check_same, check_tensor
 from reasonserve.ops._fixed_order import tree_sum
 from reasonserve.ops._impl import resolve_impl
@@ -45,7 +47,11 @@ def rms_norm(
     The output has ``x``'s dtype promoted with ``weight``'s (as ``weight * x`` would).
     """
     _check(x, weight, eps)
-    if resolve_impl(impl, x) == "triton":
+    which = resolve_impl(impl, x)
+    if which == "native" and x.shape[-1]:
+        normed = _native_calls.rms_normed(x.reshape(-1, x.shape[-1]), eps).reshape(x.shape)
+        return weight * normed.to(x.dtype)
+    if which == "triton":
         from reasonserve.ops.triton.rowwise import rms_norm_triton
 
         rows = x.reshape(-1, x.shape[-1])

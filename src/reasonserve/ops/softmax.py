@@ -1,8 +1,9 @@
 """Batch-invariant ``softmax`` and ``log_softmax``.
 
-Max is exact in any order; the sum of exponentials uses the fixed pairwise tree of
-``_fixed_order.tree_sum`` (torch) or one program per row with a fixed chunk order
-(Triton). Half inputs compute in float32 and return their own dtype.
+Max is exact in any order; the sum of exponentials uses the 16-lane order and the
+libm-free ``exp`` of ``_csrc/fixed_order.h`` (native, CPU: the same bits on every CPU),
+the fixed pairwise tree of ``_fixed_order.tree_sum`` (torch) or one program per row
+with a fixed chunk order (Triton). Half inputs compute in float32 and return their own dtype.
 Guarantee: bitwise batch-invariant and run-to-run deterministic. A row of all
 ``-inf`` gives NaN (as in torch); NaN inputs give NaN rows, alone or batched.
 """
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import torch
 
+from reasonserve.ops import _native_calls
 from reasonserve.ops._checks import accumulation_dtype, check_tensor, normalize_dim
 from reasonserve.ops._fixed_order import tree_sum
 from reasonserve.ops._impl import resolve_impl
@@ -36,7 +38,11 @@ def _run(x: torch.Tensor, dim: int, impl: str, log: bool) -> torch.Tensor:
     rows = x.movedim(d, -1)
     if rows.shape[-1] == 0:
         return x.clone()
-    if resolve_impl(impl, x) == "triton":
+    which = resolve_impl(impl, x)
+    if which == "native":
+        flat = rows.reshape(-1, rows.shape[-1])
+        out = _native_calls.softmax_rows(flat, log).reshape(rows.shape).to(x.dtype)
+    elif which == "triton":
         from reasonserve.ops.triton.rowwise import softmax_triton
 
         flat = rows.reshape(-1, rows.shape[-1])

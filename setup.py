@@ -1,0 +1,44 @@
+"""Builds the fixed-order CPU kernels (``reasonserve._C``) when it can.
+
+The extension is optional: without torch at build time (an isolated build), without a
+C++ compiler, or when the build fails, the package still installs, and
+``reasonserve.ops`` builds the same sources on first use or falls back to the exact
+pure-torch path with a one-line warning (``docs/determinism.md``).
+"""
+
+import os
+
+from setuptools import setup
+
+SOURCES = ["ops.cpp", "kernels_generic.cpp", "kernels_avx2.cpp", "kernels_avx512.cpp"]
+CSRC = os.path.join("src", "reasonserve", "_csrc")
+# -ffp-contract=off: no fused multiply-add the compiler picks by itself; the bits of
+# every variant must follow the order written in fixed_order.h.
+CFLAGS = ["-O3", "-std=c++17", "-ffp-contract=off", "-fno-fast-math", "-Wno-psabi"]
+
+
+def _native():
+    if os.environ.get("REASONSERVE_BUILD_NATIVE", "1") == "0":
+        return [], {}
+    try:
+        from torch.utils.cpp_extension import BuildExtension, CppExtension
+    except ImportError:
+        print("reasonserve: torch is not importable at build time; native kernels are built on first use")
+        return [], {}
+
+    class OptionalBuild(BuildExtension):
+        def run(self):
+            try:
+                super().run()
+            except Exception as err:  # no compiler, or a compile error: install anyway
+                print(f"reasonserve: native kernels not built ({err}); ops use the fallback")
+                self.extensions = []
+
+    ext = CppExtension(
+        "reasonserve._C", [os.path.join(CSRC, s) for s in SOURCES], extra_compile_args=CFLAGS
+    )
+    return [ext], {"build_ext": OptionalBuild.with_options(use_ninja=True)}
+
+
+ext_modules, cmdclass = _native()
+setup(ext_modules=ext_modules, cmdclass=cmdclass)

@@ -1,0 +1,134 @@
+"""The fixed-order C++ kernels (``reasonserve._C``): loading, instruction-set choice, calls.
+
+The extension is built at install time (``setup.py``); when it is missing (an isolated
+build without torch, an editable checkout never installed) it is built from the
+packaged sources on first use with torch's extension tooling, if a C++ compiler is
+there. Failing both, :func:`available` is False and the ops take the exact pure-torch
+path; :func:`warn_fallback` says so once per process.
+
+Instruction set: the best one this CPU supports, or the one named by the environment
+variable ``REASONSERVE_CPU_ISA`` (``generic``, ``avx2``, ``avx512``; read at each call,
+never at import) — every variant gives identical bits, so forcing one changes speed
+only. Tests use it to compare the variants on one machine.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import os
+import pathlib
+import threading
+import warnings
+
+import torch
+
+from reasonserve.core.errors import ImplementationUnavailableError
+
+__all__ = ["ISAS", "ISA_ENV", "available", "available_isas", "load_error", "ops", "selected_isa"]
+
+#: Instruction-set variants, by the index the C++ ops take.
+ISAS = ("generic", "avx2", "avx512")
+ISA_ENV = "REASONSERVE_CPU_ISA"
+_SOURCES = ("ops.cpp", "kernels_generic.cpp", "kernels_avx2.cpp", "kernels_avx512.cpp")
+_CFLAGS = ["-O3", "-std=c++17", "-ffp-contract=off", "-fno-fast-math", "-Wno-psabi"]
+_LOCK = threading.Lock()
+_STATE: dict[str, object] = {}
+
+
+def _jit_build() -> None:
+    """Build the packaged sources with torch's extension tooling (cached per user)."""
+    from torch.utils import cpp_extension
+
+    csrc = pathlib.Path(__file__).resolve().parent.parent / "_csrc"
+    sources = [str(csrc / name) for name in _SOURCES]
+    cpp_extension.load(
+        name="reasonserve_native", sources=sources, extra_cflags=_CFLAGS, is_python_module=False
+    )
+
+
+def _register_fakes() -> None:
+    """Shape-only implementations, so ``torch.compile`` / ``torch.export`` trace through."""
+    lib = "reasonserve::"
+    fakes = {
+        "linear_packed": lambda x, panels, n, isa: x.new_empty((x.shape[0], n)),
+        "matmul_rows": lambda a, b, isa: a.new_empty((a.shape[0], b.shape[1])),
+        "rms_norm": lambda x, eps, isa: torch.empty_like(x),
+        "softmax": lambda x, log, isa: torch.empty_like(x),
+        "mean": lambda x, isa: x.new_empty((x.shape[0],)),
+        "paged_attention": lambda q, k, v, tables, seq, keys, scale, isa: torch.empty_like(q),
+    }
+    for name, fake in fakes.items():
+        torch.library.register_fake(lib + name, fake)
+
+
+def _load() -> bool:
+    with _LOCK:
+        if "ok" in _STATE:
+            return bool(_STATE["ok"])
+        try:
+            importlib.import_module("reasonserve._C")
+            _STATE["ok"] = True
+            _register_fakes()
+        except ImportError as err:
+            _STATE["error"] = f"reasonserve._C not built ({err})"
+            try:
+                _jit_build()
+                _STATE["ok"] = True
+                _register_fakes()
+            except Exception as jit_err:  # no compiler, no ninja, a compile error
+                _STATE["error"] = f"{_STATE['error']}; building it now failed: {jit_err}"
+                _STATE["ok"] = False
+        return bool(_STATE["ok"])
+
+
+def available() -> bool:
+    """Whether the native kernels can run in this process (loads them on first call)."""
+    return _load()
+
+
+def load_error() -> str | None:
+    """Why the native kernels are unavailable (None when they loaded)."""
+    return None if available() else str(_STATE.get("error"))
+
+
+@functools.cache
+def available_isas() -> tuple[str, ...]:
+    """Instruction-set variants this build and CPU can run, e.g. ``("generic", "avx2")``."""
+    if not available():
+        return ()
+    return tuple(ISAS[i] for i in torch.ops.reasonserve.isas())
+
+
+def selected_isa() -> int:
+    """Index of the variant to run: ``$REASONSERVE_CPU_ISA`` when set, else the best one."""
+    names = available_isas()
+    wanted = os.environ.get(ISA_ENV, "").strip().lower()
+    if not wanted or wanted == "auto":
+        return ISAS.index(names[-1])
+    if wanted not in names:
+        raise ImplementationUnavailableError(
+            f"{ISA_ENV}={wanted!r}: this CPU/build supports {', '.join(names) or 'no native kernels'}"
+        )
+    return ISAS.index(wanted)
+
+
+def warn_fallback() -> None:
+    """Warn once per process that CPU ops run on the slow exact pure-torch path."""
+    with _LOCK:
+        if _STATE.get("warned"):
+            return
+        _STATE["warned"] = True
+    warnings.warn(
+        f"reasonserve: native CPU kernels unavailable ({_STATE.get('error')}); batch-invariant ops "
+        "use the exact pure-torch path, which is much slower",
+        RuntimeWarning,
+        stacklevel=3,
+    )
+
+
+def ops():
+    """``torch.ops.reasonserve`` once the kernels are loaded."""
+    if not available():
+        raise ImplementationUnavailableError(f"native kernels unavailable: {load_error()}")
+    return torch.ops.reasonserve
