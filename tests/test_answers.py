@@ -10,7 +10,16 @@ from reasonserve.certainindex import extract_answer, extract_boxed, extract_prob
 @pytest.mark.parametrize(
     ("text", "expected"),
     [
-        (r"so \boxed{\frac{1}{2}} and later \boxed{3}", "3"),
+        (r"so \boxed{\frac{1}{2}}. Later \boxed{3}", "3"),  # a sentence end breaks the chain
+        (r"\boxed{1} and \boxed{2}", "1, 2"),  # several boxes: one multi-part answer
+        (r"$x_1 = \boxed{1}$ and $x_2 = \boxed{-2}$", "1, -2"),
+        (r"\boxed{\boxed{4}} then \boxed{5}", "4, 5"),  # nested boxes: the outer one
+        (r"We get $x = 3$ and so $\frac{1}{2}$ is it.", r"\frac{1}{2}"),  # math span over last number
+        (r"the roots are \(2\) and \(5\), total 7 steps", "2, 5"),
+        ("The answer is $\\frac{3}{4}$ since 4 > 3", r"\frac{3}{4}"),
+        ("Final Answer: The volume of $ABCD$ is 120. I hope it is correct.", "120"),
+        (r"\boxed{4}. Final Answer: The final answer is $5$. I hope it is correct.", "5"),
+        ("costs $5 and $6 in total 11", "5 and"),  # prose dollars pair up like math: documented
         (r"\boxed{(3,\frac{\pi}{2})}", r"(3,\frac{\pi}{2})"),
         (r"nested \boxed{\text{a {b} c}} end", r"\text{a {b} c}"),
         (r"\boxed{5} then a broken \boxed{x{", "5"),
@@ -48,7 +57,17 @@ def test_probe_answer_is_text_up_to_first_unmatched_brace():
         ("2.50", "2.5"),
         (r"\$1,000", "1000"),
         (r"50\%", "50"),
-        ("x = 5", "5"),
+        ("x = 5", "x=5"),  # kept: the comparison reads an assignment (x = 5 vs 5, x = 5 vs y = 5)
+        (r"x \in [-2, 7]", "[-2,7]"),
+        (r"\\sqrt{5}", r"\sqrt{5}"),  # doubled (escaped) backslashes
+        (r"15\mbox{ cm}^2", "15"),  # units with a power in a text command
+        ("10 square feet", "10"),
+        (r"14{,}916", "14916"),
+        (r"32,\!349", "32349"),
+        ("32, 349", "32,349"),  # a space after the comma: a list, not a thousands separator
+        (r"x \geq 5", "x>=5"),
+        (r"6 \text{ and } 8", "6,8"),
+        (r"\frac{1}{3} \approx 0.33", r"\frac{1}{3}"),
         ("10 cm", "10"),
         (r"\dfrac{1}{2}", r"\frac{1}{2}"),
         (r"90^\circ", "90"),
@@ -70,9 +89,12 @@ def test_normalize_answer(raw, normal):
     assert normalize_answer(raw) == normal
 
 
-def test_hostile_text_is_bounded():
-    huge = "{" * 100_000 + r"\boxed{" * 1000
-    assert extract_answer(huge) is None or isinstance(extract_answer(huge), str)
+def test_hostile_text_keeps_the_right_answer():
+    # time bounds on hostile text are asserted in tests/test_equivalence_bounds.py
+    assert extract_answer("{" * 100_000 + r"\boxed{" * 1000) is None  # nothing closes
+    # nested boxes unwrap at most three levels below the outer one (each level is a scan)
+    assert extract_answer(r"\boxed{" * 5000 + "7" + "}" * 5000) == r"\boxed{" * 4996 + "7" + "}" * 4996
+    assert extract_answer(r"\boxed{\boxed{7}}") == "7"
     assert extract_probe_answer("}" + "x" * 100_000) == ""
     long_answer = "9" * 100_000
     assert normalize_answer(long_answer) == long_answer  # too long to normalize: left as is

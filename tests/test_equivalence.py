@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 from reasonserve.certainindex import AnswerClasses, Verdict, compare_answers, equivalent, group_answers
 from reasonserve.certainindex import _mathexpr as mx
+from reasonserve.certainindex._numeric import Huge, exact
 
 EQUAL = [
     (r"\frac{1}{2}", "0.5"), ("1/2", r"\dfrac12"), (r"(3,\frac{\pi}{2})", r"\left( 3, \frac{\pi}{2} \right)"),
@@ -16,7 +17,7 @@ EQUAL = [
     (r"\text{C}", "c"), (r"2\sqrt{3}", r"\sqrt{12}"), (r"\sqrt[3]{8}", "2"), ("y=2x+1", "y=1+2x"),
     ("1,000", "1000"), ("3.0", "3"), (r"\infty", r"\infty"), (r"\text{Evelyn}", "Evelyn"),
     (r"\frac{\sqrt{3}}{3}", r"\frac{1}{\sqrt{3}}"), ("[1, 2)", "[1,2)"), ("10^{2}", "100"),
-    ("30^\\circ", "30"), ("1.00001", "1"),
+    ("30^\\circ", "30"),
     # forms seen in the recorded MATH-500 runs: matrices spaced or not, fractions in cells,
     # "x \in" before an interval, base subscripts, capitalized words
     (r"\begin{pmatrix} -2 \\ -14 \\ -7 \end{pmatrix}", r"\begin{pmatrix}-2\\-14\\-7\end{pmatrix}"),
@@ -24,15 +25,34 @@ EQUAL = [
     (r"\begin{pmatrix} -1 & 0 \\ 0 & -1 \end{pmatrix}", r"\begin{bmatrix}-1&0\\0&-1\\\end{bmatrix}"),
     (r"x \in [-2,7]", "[-2,7]"), ("4210_{5}", "4210_5"), ("4210_{5}", "4210"), (r"\text{east}", "East"),
     ("(2,4)", r"(2,\,4)"), (r"\frac{11+9a}{20}", r"\frac{9a+11}{20}"), ("1,-2", "-2, 1"), ("1,2,2", "2,1,2"),
+    # forms that were false "different": units, ASCII functions, factorial/binomial/mod/over/div,
+    # trig, \pm sets, doubled backslashes, assignments, mixed numbers, relations
+    ("15", r"15\mbox{ cm}^2"), ("125", r"125\textnormal{ miles}"), ("sqrt(66)", r"\sqrt{66}"),
+    (r"\{1\pm\sqrt5,-2\}", r"-2, 1+\sqrt{5}, 1-\sqrt{5}"), (r"2\times5!\times5!", "28800"),
+    (r"\binom{6}{2}", "15"), (r"17 \mod 5", "2"), (r"{3 \over 4}", "0.75"), (r"7 \div 2", "3.5"),
+    (r"\cot x", r"\frac{\cos x}{\sin x}"), (r"\tan^2(y)+1", r"\frac{1}{\cos^2 y}"), (r"\\sqrt{5}", r"\sqrt{5}"),
+    ("abc=-120", "-120"), ("x = 5+5+1 = 11", "x = 11"), (r"(p,q)=(3,2)", "(3, 2)"), (r"15\frac{39}{40}", r"\frac{639}{40}"),
+    (r"2\frac{4}{21}", r"\frac{46}{21}"), (r"-2\frac{1}{2}", "-2.5"), ("x < 5", "5 > x"), ("-x > -1", "x < 1"),
+    ("2x+4y-3=0", r"y=-\frac{1}{2}x+\frac{3}{4}"), ("x^2/4 + y^2/3 = 1", "x^2/16 + y^2/12 = 1/4"),
+    (r"-2 \le x \le 7", "[-2, 7]"), ("x > 5", r"(5, \infty)"), (r"\pm 2021", "{-2021, 2021}"),
+    (r"[-1, 0) \cup (1, 2]", r"(1,2] \cup [-1,0)"), (r"\frac{1}{12}", "0.0833333333333333"), ("2.6667", r"\frac{8}{3}"),
+    (r"\frac{1}{3}", "0.33"), (r"10^{400}", r"10^{400}"), (r"\frac{10}{10^{400}}", r"10^{-399}"), ("1,000", "1 000"),
+    ("1,2,2", "1,1,2"),  # a bare list is a set: repeats count once
 ]  # fmt: skip
 DIFFERENT = [
     ("50", "0.5"), ("[1,2)", "[1,2]"), ("(1,2)", "(2,1)"), ("2x", "3x"), ("A", "B"), ("1", "(1,2)"),
-    ("x^2", "x^3"), ("1.001", "1"), (r"\frac{1}{3}", "0.33"), ("", ""), (None, "1"), ("A", "1"),
+    ("x^2", "x^3"), ("1.001", "1"), ("1.00001", "1"), ("", ""), (None, "1"), ("A", "1"),
     (r"\begin{pmatrix}-1&0\\0&-1\end{pmatrix}", r"\begin{pmatrix}-1&0\\0&1\end{pmatrix}"),
     (r"\begin{pmatrix}1\\2\end{pmatrix}", r"\begin{pmatrix}1&2\end{pmatrix}"),
     (r"\begin{vmatrix}1&2\\3&4\end{vmatrix}", r"\begin{pmatrix}1&2\\3&4\end{pmatrix}"),
     (r"\begin{pmatrix}1\\2\end{pmatrix}", "(1,2)"), ("4210_6", "4210_5"), ("4250", "4210_5"), ("10_2", "2"),
-    ("east", "seat"), ("1,-2", "(-2,1)"), ("1,2,2", "1,1,2"), ("Monday", "Tuesday"), ("(2,\\infty)", "[2,\\infty)"), ("100", "1"),
+    ("east", "seat"), ("1,-2", "(-2,1)"), ("Monday", "Tuesday"), ("(2,\\infty)", "[2,\\infty)"), ("100", "1"),
+    # false "equal" before: neighbouring integers, mixed numbers, huge values, spaced lists
+    ("32349", "32,348"), ("13536", "13535"), ("123456789", "123456788"), ("32349", "32, 349"),
+    (r"2\frac{4}{21}", r"\frac{8}{21}"), (r"10^{400}", r"10^{500}"), (r"2^{2000}", r"3^{2000}"),
+    (r"\infty", r"10^{400}"), (r"10^{400}", r"10^{400}+1"), ("1.99", "2"), ("3.14", "3"), (r"\frac{1}{3}", "0.3"),
+    (r"\frac{1}{3}", "0.34"), (r"\pm 2021", "2021"), ("x=1", "y=1"), ("a+3z=0", "0"), ("x < 5", "x > 5"),
+    (r"x \geq 5", r"x \leq 5"), ("x < 1", "-x < -1"), ("2x+z=1", "1"), ("(3,1)", r"\{1,3\}"), ("1,2", "1,2,3"),
 ]  # fmt: skip
 
 
@@ -77,10 +97,20 @@ def test_bare_lists_match_in_any_order_and_long_ones_stay_bounded():
     assert compare_answers(",".join(numbers), ",".join(sums)) in (Verdict.EQUAL, Verdict.UNKNOWN)
 
 
-def test_power_towers_are_float_overflow_not_bignums():
-    tree = mx.parse("10^10^10")
-    assert mx.evaluate(tree, {}) == float("inf")
-    assert compare_answers("10^10^10", "5") is Verdict.DIFFERENT
+def test_huge_values_are_unknown_never_equal():
+    with pytest.raises(Huge):
+        exact(mx.parse("10^10^10"))  # refused before a 10-billion-digit integer is built
+    for huge in ("10^10^10", "9^{9^{9}}", "1000!", "1001!", r"\binom{100000}{50000}", "10^{310}*1.0"):
+        assert compare_answers(huge, "5") is not Verdict.EQUAL
+        assert compare_answers(huge, r"\infty") is not Verdict.EQUAL
+    assert compare_answers("1001!", "1002!") is Verdict.UNKNOWN  # over the factorial cap
+    assert compare_answers(r"10^{400}", r"10^{500}") is Verdict.DIFFERENT  # exact, not inf == inf
+
+
+def test_integers_and_rationals_compare_exactly():
+    for n in (10**6, 10**12, 10**30):
+        assert not equivalent(str(n), str(n + 1)) and equivalent(str(n), f"{n}.0")
+    assert equivalent(r"\frac{1}{3}+\frac{1}{6}", "0.5") and not equivalent(r"\frac{1}{3}", r"\frac{333333}{1000000}")
 
 
 def test_deadline_turns_into_unknown():

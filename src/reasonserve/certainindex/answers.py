@@ -1,22 +1,34 @@
 """Answer extraction and normalization for untrusted model output.
 
-Extraction (:func:`extract_answer`): the last brace-balanced ``\\boxed{...}``, else the
-text after the last "answer is", else the last number. :func:`extract_probe_answer`
-is the probe-in-the-middle rule: the probe continues a ``\\boxed{`` prompt, so its
-answer is the text up to the first unmatched ``}`` (empty if there is none).
+Extraction (:func:`extract_answer`), first rule that finds something:
 
-Everything here is linear-time string work on bounded input: texts longer than
-:data:`MAX_TEXT_CHARS` are cut to their last :data:`MAX_TEXT_CHARS` characters before
-searching (answers sit at the end), answers longer than :data:`MAX_ANSWER_CHARS` are
-left as they are (they will only compare equal to identical strings).
+1. ``\\boxed{...}`` (or ``\\fbox``): the last top-level box, joined with the boxes
+   just before it when only a short separator stands between them (``\\boxed{1}`` and
+   ``\\boxed{2}`` -> ``1, 2``; a sentence end breaks the chain);
+2. the value stated in a "Final Answer: ... is X" sentence (before rule 1 when it
+   comes after the last box), else the text after the last "answer is" (a verdict such
+   as "correct" is no answer);
+3. the last math span (``$...$``, ``$$...$$``, ``\\(...\\)``, ``\\[...\\]``) in the
+   last :data:`MATH_TAIL_CHARS` characters, joined with the spans before it that are
+   separated only by "," / "and" / "or";
+4. the last number.
+
+:func:`extract_probe_answer` is the probe-in-the-middle rule: the probe continues a
+``\\boxed{`` prompt, so its answer is the text up to the first unmatched ``}``.
+
+Every scan is a single left-to-right pass (no search restarts from each opening
+brace), so extraction is linear in the input; texts longer than :data:`MAX_TEXT_CHARS`
+are cut to their last :data:`MAX_TEXT_CHARS` characters first (answers sit at the end).
 """
 
 from __future__ import annotations
 
 import functools
 import re
-import unicodedata
 
+from reasonserve.certainindex import _normalize
+from reasonserve.certainindex._mathspans import chained, math_spans, top_level_boxes
+from reasonserve.certainindex._normalize import balanced_group
 from reasonserve.core.errors import InvalidTypeError
 
 __all__ = [
@@ -30,26 +42,17 @@ __all__ = [
 ]
 
 MAX_TEXT_CHARS = 200_000
-MAX_ANSWER_CHARS = 1_000
+MATH_TAIL_CHARS = 20_000  # math spans are looked for in the tail of the text only
+MAX_ANSWER_CHARS = _normalize.MAX_ANSWER_CHARS
 
 _ANSWER_IS = re.compile(r"answer\s+is\s*[:：]?\s*", re.IGNORECASE)
-_NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?(?:/\d+)?|-?\.\d+")
-_UNITS = (
-    "units?|cm|centimeters?|m|meters?|km|kilometers?|mm|inch(?:es)?|in|feet|foot|ft|yards?|"
-    "miles?|dollars?|cents?|degrees?|square|sq|cubic|hours?|minutes?|mins?|seconds?|secs?|"
-    "days?|weeks?|years?|months?|people|students?|pounds?|lbs?|ounces?|oz|grams?|g|kg|"
-    "liters?|ml|mph|percent|points?|ways|times|base|radians?"
+_NUMBER = re.compile(
+    r"-?\\[dt]?frac\{-?\d+\}\{\d+\}|(?<![A-Za-z_])"
+    r"(?:-?\d{1,3}(?: \d{3})+(?![\d,.])|-?\d[\d,]*(?:\.\d+)?(?:/\d+)?|-?\.\d+)"
 )
-_TRAILING_UNITS = re.compile(rf"(?:\s*(?:{_UNITS})\b\.?)+\s*$", re.IGNORECASE)
-_TEXT_CMD = re.compile(r"\\(?:text|textbf|textit|mathrm|mathbf|mbox|operatorname)\s*\{([^{}]*)\}")
-_MATH_DELIMITERS = re.compile(r"^\\\((.*)\\\)$|^\\\[(.*)\\\]$", re.DOTALL)  # \( x \), \[ x \]
-_ORDINAL = re.compile(r"(\d)\s*\^\s*\{\s*(?:\\text\s*\{)?(?:st|nd|rd|th)\}?\s*\}")  # 12^{\text{th}}
-# "2000 \text{ calories}": a number followed by words in \text{} is the number (a unit).
-_NUMBER_THEN_WORDS = re.compile(r"^(-?[\d.,]+)\s*\\(?:text|mbox|mathrm)\s*\{\s*[A-Za-z][A-Za-z ]*\}$")
-# One pass over LaTeX escapes: a row break (two backslashes) is matched first and kept,
-# so it never loses a backslash to a control space; set braces become plain braces (a set
-# is then a bare list); spacing and sizing commands are dropped.
-_LATEX_ESCAPES = re.compile(r"(\\\\)|\\([{}])|\\(?:(?:left|right|displaystyle)(?![a-zA-Z])|[!,;:\s])")
+# "Final Answer: The volume is 120. I hope it is correct."
+_FINAL_ANSWER = re.compile(r"final answer\s*:", re.IGNORECASE)
+_IS = re.compile(r"\bis\b\s*:?", re.IGNORECASE)
 # "the answer is indeed 18": adverbs before a stated answer, and verdicts that are not answers.
 _FILLER = re.compile(r"^(?:(?:indeed|definitely|clearly|actually|probably|likely|still|just|simply|"
                      r"then|therefore|thus|now|also)\b[\s,:]*)+", re.IGNORECASE)  # fmt: skip
@@ -57,52 +60,75 @@ _VERDICT = re.compile(r"^(?:(?:not\s+)?(?:correct|incorrect|right|wrong|valid|in
                       r"inconsistent|confirmed|verified)\s*(?:[.,;:!?)]|$)|"
                       r"(?:the\s+)?same\b|unchanged\b|as\s+follows\b)",
                       re.IGNORECASE)  # fmt: skip
-_THOUSANDS = re.compile(r"^-?\d{1,3}(?:,\d{3})+(?:\.\d+)?$")
+_TEXT_GROUP = re.compile(r"\\text\s*\{([^{}]{0,40})\}")
+_NAMED_BOX = re.compile(r"[a-zA-Z](?:_\{?\w{1,3}\}?)?\s*=\s*\$?\s*$")
+_SEPARATOR_COMMAND = re.compile(r"\\(?:qquad|quad|[()\[\],;! ])")
+_SPAN_SEPARATOR = re.compile(r"^\s*(?:,|,?\s*and|,?\s*or)?\s*$")
 
 
-def _balanced_group(text: str, open_at: int) -> str | None:
-    """The contents of the ``{...}`` group whose ``{`` is at ``open_at``, or None."""
-    depth = 0
-    for i in range(open_at, len(text)):
-        ch = text[i]
-        if ch == "{":
-            depth += 1
-        elif ch == "}":
-            depth -= 1
-            if depth == 0:
-                return text[open_at + 1 : i]
-    return None
+def _is_box_separator(gap: str) -> bool:
+    """Between boxes of one multi-part answer: commas, "and", spacing, delimiters, <= 2 words."""
+    gap = _NAMED_BOX.sub("", gap)  # "x_1 = \boxed{1} and x_2 = \boxed{2}"
+    gap = _TEXT_GROUP.sub(lambda m: "#" if re.search(r"[\d=]", m.group(1)) else " ", gap)
+    gap = _SEPARATOR_COMMAND.sub(" ", gap)
+    if re.search(r"[^\sa-zA-Z,;$()]", gap):
+        return False  # digits, "=", a sentence end, another command
+    words = [w for w in re.findall(r"[a-zA-Z]+", gap) if w.lower() not in ("and", "or")]
+    return len(words) <= 2
 
 
 def extract_boxed(text: str) -> str | None:
-    """Contents of the last brace-balanced ``\\boxed{...}`` (or ``\\fbox{...}``), or None."""
-    text = text[-MAX_TEXT_CHARS:]
-    for cmd in ("\\boxed", "\\fbox"):
-        end = len(text)
-        while (at := text.rfind(cmd, 0, end)) != -1:
-            rest = at + len(cmd)
-            while rest < len(text) and text[rest] == " ":
-                rest += 1
-            if rest < len(text) and text[rest] == "{":
-                inner = _balanced_group(text, rest)
-                if inner is not None:
-                    return inner.strip()
-            elif rest < len(text):  # "\boxed 5"
-                token = re.match(r"[^\s$.,]+", text[rest:])
-                if token:
-                    return token.group(0)
-            end = at
-    return None
+    """The last top-level ``\\boxed{...}`` (or ``\\fbox{...}``) with its chained boxes, or None."""
+    return _boxed_and_end(text[-MAX_TEXT_CHARS:])[0]
+
+
+def _boxed_and_end(text: str) -> tuple[str | None, int]:
+    boxes = top_level_boxes(text)
+    if not boxes:
+        return None, 0
+    parts = [_unbox(p) for p in chained(text, boxes, _is_box_separator)]
+    return (", ".join(parts) if len(parts) > 1 else parts[0]), boxes[-1][1]
+
+
+def _unbox(answer: str) -> str:
+    """``\\boxed{\\boxed{4}}`` -> ``4`` (at most three levels: each costs a scan)."""
+    for _ in range(3):
+        if not answer.startswith("\\boxed{") or balanced_group(answer, 6) != answer[7:-1]:
+            break
+        answer = answer[7:-1].strip()
+    return answer
 
 
 def _after_answer_is(text: str) -> str | None:
-    matches = list(_ANSWER_IS.finditer(text))
-    last = matches[-1] if matches else None
+    last = None
+    for last in _ANSWER_IS.finditer(text):  # noqa: B007 - the last match is wanted
+        pass
     if last is None:
         return None
-    tail = text[last.end() :].strip()
+    tail = text[last.end() : last.end() + 2000].strip()
+    spans = math_spans(tail[:1000])
+    if spans and spans[0][0] <= 2:  # the statement opens with a math span
+        return stated_answer(tail[spans[0][0] : spans[0][1]])
     line = re.split(r"\n|(?<!\d)\.(?!\d)|\.\s|\.$", tail, maxsplit=1)[0]
     return stated_answer(line)
+
+
+def _final_answer_sentence(text: str) -> str | None:
+    """The value stated after "Final Answer:" (a math span, else the first number after "is")."""
+    last = None
+    for last in _FINAL_ANSWER.finditer(text[-5000:]):  # noqa: B007 - the last match is wanted
+        pass
+    if last is None:
+        return None
+    segment = re.split(r"\n|I hope", text[-5000:][last.end() : last.end() + 500], maxsplit=1)[0]
+    tail = segment
+    for is_match in _IS.finditer(segment):
+        tail = segment[is_match.end() :]
+    spans = math_spans(tail)
+    if spans:
+        return tail[spans[0][0] : spans[0][1]].strip() or None
+    number = _NUMBER.search(tail)
+    return number.group(0).rstrip(",") if number else None
 
 
 def stated_answer(statement: str) -> str | None:
@@ -115,20 +141,28 @@ def stated_answer(statement: str) -> str | None:
     return None if not s or _VERDICT.match(s) else s
 
 
-def extract_answer(text: str | None) -> str | None:
-    """The final answer in a model's output, or None when there is none.
+def _last_math(text: str) -> str | None:
+    text = text[-MATH_TAIL_CHARS:]
+    spans = [s for s in math_spans(text) if text[s[0] : s[1]].strip()]
+    if not spans:
+        return None
+    parts = chained(text, spans, _SPAN_SEPARATOR)
+    return ", ".join(p.strip() for p in parts) if len(parts) > 1 else parts[0].strip()
 
-    Order: last ``\\boxed{}``; text after the last "answer is"; last number.
-    """
+
+def extract_answer(text: str | None) -> str | None:
+    """The final answer in a model's output, or None when there is none (see module doc)."""
     if not text:
         return None
     text = text[-MAX_TEXT_CHARS:]
-    boxed = extract_boxed(text)
-    if boxed:
-        return boxed
-    stated = _after_answer_is(text)
-    if stated:
-        return stated
+    boxed, box_end = _boxed_and_end(text)
+    final = _final_answer_sentence(text[box_end:])  # a "Final Answer:" after the last box wins
+    if final or boxed:
+        return final or boxed
+    for rule in (_after_answer_is, _last_math):
+        found = rule(text)
+        if found:
+            return found
     numbers = _NUMBER.findall(text[-10_000:])
     return numbers[-1].rstrip(",") if numbers else None
 
@@ -148,22 +182,8 @@ def extract_probe_answer(text: str | None) -> str:
     return ""
 
 
-def _unwrap_text_commands(s: str) -> str:
-    for _ in range(4):  # nested \text{\textbf{...}} unwraps in a few rounds
-        s, n = _TEXT_CMD.subn(r"\1", s)
-        if n == 0:
-            break
-    return s
-
-
-def _strip_outer(s: str) -> str:
-    while len(s) >= 2 and s[0] == "{" and s[-1] == "}" and _balanced_group(s, 0) == s[1:-1]:
-        s = s[1:-1].strip()
-    return s
-
-
 def normalize_answer(answer: str | None) -> str:
-    """A canonical string form of an answer (empty for None); see :func:`_normalize`.
+    """A canonical string form of an answer (empty for None); see :func:`_normalize.normalize`.
 
     Memoized for answers up to :data:`MAX_ANSWER_CHARS` (the function is pure): probe
     streams repeat the same few answers thousands of times.
@@ -173,48 +193,10 @@ def normalize_answer(answer: str | None) -> str:
     if not isinstance(answer, str):
         raise InvalidTypeError(f"answer must be a str or None, got {type(answer).__name__}")
     if len(answer) > MAX_ANSWER_CHARS:
-        return _normalize(answer)
+        return answer.strip()
     return _normalize_cached(answer)
 
 
 @functools.lru_cache(maxsize=65536)
 def _normalize_cached(answer: str) -> str:
-    return _normalize(answer)
-
-
-def _normalize(answer: str) -> str:
-    """A canonical string form of an answer (empty for None).
-
-    Unicode NFKC (confusable digits and letters fold to ASCII forms), ``$``, ``\\(...\\)``
-    and ``\\[...\\]`` delimiters, ordinal suffixes (``12^{th}``) and words in ``\\text{}``
-    after a number dropped, set braces ``\\{ \\}`` -> ``{ }``, LaTeX spacing
-    and sizing commands dropped (row breaks kept), ``\\text{}`` unwrapped,
-    ``\\dfrac``/``\\tfrac`` -> ``\\frac``, degrees, ``%`` and trailing unit words removed,
-    thousands separators and trailing ``.0`` dropped, ``x = 5`` and ``x \\in [a,b]`` -> the
-    right-hand side, spaces removed.
-    """
-    if answer is None:
-        return ""
-    s = unicodedata.normalize("NFKC", answer).strip()
-    if len(s) > MAX_ANSWER_CHARS:
-        return s
-    s = s.strip("$").strip()
-    s = _MATH_DELIMITERS.sub(lambda m: m.group(1) or m.group(2) or "", s).strip()
-    s = _ORDINAL.sub(r"\1", s)
-    s = _NUMBER_THEN_WORDS.sub(r"\1", s)
-    s = _LATEX_ESCAPES.sub(lambda m: m.group(1) or m.group(2) or "", s)
-    s = s.replace("\\dfrac", "\\frac").replace("\\tfrac", "\\frac").replace("\\$", "")
-    s = re.sub(r"\^\s*\{?\\circ\}?|°|\\degree", "", s)
-    s = s.replace("\\%", "").replace("%", "")
-    s = _unwrap_text_commands(s)
-    s = _TRAILING_UNITS.sub("", s) if re.search(r"\d", s) else s
-    # "x = 5" -> "5"; "x \in [a,b]" -> "[a,b]"
-    s = re.sub(r"^[a-zA-Z]\s*(?:=|\\in(?![a-zA-Z]))\s*(?=\S)", "", s)
-    s = _strip_outer(s.strip())
-    s = s.rstrip(".").strip()
-    s = re.sub(r"\s+", "", s)
-    if _THOUSANDS.match(s):
-        s = s.replace(",", "")
-    s = re.sub(r"^(-?\d+)\.0+$", r"\1", s)
-    s = re.sub(r"^(-?\d+\.\d*?)0+$", r"\1", s) if re.match(r"^-?\d+\.\d+$", s) else s
-    return s
+    return _normalize.normalize(answer)

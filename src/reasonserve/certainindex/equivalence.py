@@ -1,59 +1,46 @@
 """Answer equivalence with a bounded cascade (no ``eval``, no sympy on model text).
 
-Cascade, after :func:`normalize_answer` on both sides:
+Cascade, after :func:`normalize_answer` on both sides (first rule that applies):
 
 1. string equality;
 2. multiple-choice letters (``(C)``, ``C``, ``\\text{C}``);
 3. words (four or more letters and nothing else, e.g. ``\\text{East}``): equal when
-   equal ignoring case, never compared as products of variables (``east`` is not
-   ``seat``);
+   equal ignoring case, never compared as products of variables;
 4. numerals with a base subscript (``4210_{5}``, ``4210_5``): the digits must agree, and
    the bases when both sides give one (the question fixes the base);
-5. matrices (``pmatrix``, ``bmatrix``, ``Bmatrix``, ``matrix``; ``vmatrix``/``Vmatrix``
-   only with their own kind), cell by cell, same shape;
-6. tuples and intervals, element by element (bracket kinds must agree); a bare list
-   (``1, -2``, the solutions of an equation) in any order, never equal to a bracketed one;
-7. numbers, relative tolerance 1e-4 (``50%`` also matches ``0.5`` when one side
-   carried a percent sign);
-8. symbolic equality: both sides parsed by the restricted parser of ``_mathexpr`` and
-   evaluated at fixed pseudo-random points of their variables.
+5. matrices, lists, tuples, intervals, unions and ``\\pm`` (:mod:`._structures`);
+6. equations and inequalities (:mod:`._relations`); an assignment (``x = 5``,
+   ``abc = -120``, ``(p,q) = (3,2)``) against a plain answer compares its value;
+7. numbers and expressions (:mod:`._values`): exact for rationals, rounded decimals to
+   their own precision, floats with 1e-9 relative tolerance for irrational values,
+   pseudo-random points for expressions with variables (``50%`` also matches ``0.5``
+   when one side carried a percent).
 
 Each comparison runs under a deadline (default 100 ms) and size limits; when a limit
-is hit or a side cannot be parsed, the verdict is ``UNKNOWN``, which
-:func:`equivalent` reports as not equivalent. Empty answers are never equivalent to
-anything, themselves included.
+is hit, a value is too large, or a side cannot be parsed, the verdict is ``UNKNOWN``,
+which :func:`equivalent` reports as not equivalent. Empty answers are never equivalent
+to anything, themselves included. No signals are used: comparisons are thread-safe.
 """
 
 from __future__ import annotations
 
-import enum
-import functools
-import math
-import random
 import re
 import time
 from collections.abc import Iterable
 
-from reasonserve.certainindex import _mathexpr as mx
+from reasonserve.certainindex._normalize import has_percent
+from reasonserve.certainindex._relations import assigned_value, compare_relations, split_relation
+from reasonserve.certainindex._structures import MATRIX, compare_items, compare_matrices, split_items
+from reasonserve.certainindex._values import compare_values
+from reasonserve.certainindex._verdict import Verdict
 from reasonserve.certainindex.answers import MAX_ANSWER_CHARS, normalize_answer
 from reasonserve.core.errors import InvalidArgumentError
 
 __all__ = ["AnswerClasses", "Verdict", "compare_answers", "equivalent", "group_answers"]
 
-REL_TOL = 1e-4
-_SYMBOLIC_POINTS = 6
 _MC = re.compile(r"^\(?([A-Ea-e])\)?$")
-_BRACKETS = {"(": ")", "[": "]"}
 _WORD = re.compile(r"^[A-Za-z]{4,}$")
 _BASE_NUMERAL = re.compile(r"^([0-9A-Z]+)(?:_\{?(\d{1,2})\}?)?$")
-_MATRIX = re.compile(r"^\\begin\{([pbBvV]?matrix)\}(.*)\\end\{\1\}$", re.DOTALL)
-_PLAIN_MATRIX_KINDS = {"matrix", "pmatrix", "bmatrix", "Bmatrix"}
-
-
-class Verdict(enum.Enum):
-    EQUAL = "equal"
-    DIFFERENT = "different"
-    UNKNOWN = "unknown"
 
 
 def equivalent(a: str | None, b: str | None, *, time_limit_s: float = 0.1) -> bool:
@@ -74,38 +61,79 @@ def compare_answers(a: str | None, b: str | None, *, time_limit_s: float = 0.1) 
         return Verdict.EQUAL
     if len(na) > MAX_ANSWER_CHARS or len(nb) > MAX_ANSWER_CHARS:
         return Verdict.UNKNOWN
-    percent = "%" in (a or "") or "%" in (b or "")
-    return _compare(na, nb, time.monotonic() + time_limit_s, percent)
+    percent = has_percent(a or "") or has_percent(b or "")
+    return _Cascade(time.monotonic() + time_limit_s, percent).compare(na, nb)
 
 
-def _compare(na: str, nb: str, deadline: float, percent: bool) -> Verdict:
-    if na == nb:
-        return Verdict.EQUAL
+class _Cascade:
+    """One comparison's deadline and percent flag, shared by its recursive steps."""
+
+    def __init__(self, deadline: float, percent: bool) -> None:
+        self.deadline, self.percent = deadline, percent
+
+    def compare(self, na: str, nb: str) -> Verdict:
+        if na == nb:
+            return Verdict.EQUAL
+        if time.monotonic() > self.deadline:
+            return Verdict.UNKNOWN
+        value = _one_sided_assignment(na, nb)
+        if value is not None:
+            return self.compare(*value)
+        for rule in (_compare_letters, _compare_words, _compare_base_numerals):
+            verdict = rule(na, nb)
+            if verdict is not None:
+                return verdict
+        xa, xb = MATRIX.match(na), MATRIX.match(nb)
+        if xa or xb:
+            return compare_matrices(xa, xb, self.compare)
+        la, lb = split_items(na), split_items(nb)
+        if la is not None or lb is not None:
+            return self._compare_items_or_relation(na, nb, la, lb)
+        if split_relation(na) is not None or split_relation(nb) is not None:
+            return compare_relations(na, nb, self.compare, self.deadline)
+        return compare_values(na, nb, self.deadline, self.percent)
+
+    def _compare_items_or_relation(self, na, nb, la, lb) -> Verdict:
+        """``x > 5`` against ``(5, \\infty)``: a relation on one side reads as an interval."""
+        if (la is None and split_relation(na)) or (lb is None and split_relation(nb)):
+            return compare_relations(na, nb, self.compare, self.deadline)
+        return compare_items(la, lb, self.compare, self.deadline)
+
+
+def _one_sided_assignment(na: str, nb: str) -> tuple[str, str] | None:
+    """``x = 5`` against ``5``: the assigned value; ``x = 2+3 = 5`` against ``x = 5``: the values."""
+    va = assigned_value(na) if "=" in na else None
+    vb = assigned_value(nb) if "=" in nb else None
+    if va is not None and vb is not None:  # the same name on both sides: compare the values
+        same_name = na.split("=", 1)[0] == nb.split("=", 1)[0]
+        return (va, vb) if same_name and (va, vb) != (na, nb) else None
+    if va is not None and vb is None and split_relation(nb) is None:
+        return va, nb
+    if vb is not None and va is None and split_relation(na) is None:
+        return na, vb
+    return None
+
+
+def _compare_letters(na: str, nb: str) -> Verdict | None:
     ma, mb = _MC.match(na), _MC.match(nb)
-    if ma or mb:
-        if ma and mb:
-            return Verdict.EQUAL if ma.group(1).upper() == mb.group(1).upper() else Verdict.DIFFERENT
-        return Verdict.DIFFERENT
+    if not (ma or mb):
+        return None
+    if ma and mb:
+        return Verdict.EQUAL if ma.group(1).upper() == mb.group(1).upper() else Verdict.DIFFERENT
+    return Verdict.DIFFERENT
+
+
+def _compare_words(na: str, nb: str) -> Verdict | None:
     wa, wb = _WORD.match(na), _WORD.match(nb)
-    if wa or wb:
-        return Verdict.EQUAL if wa and wb and na.casefold() == nb.casefold() else Verdict.DIFFERENT
-    if "_" in na or "_" in nb:
-        based = _compare_base_numerals(na, nb)
-        if based is not None:
-            return based
-    xa, xb = _MATRIX.match(na), _MATRIX.match(nb)
-    if xa or xb:
-        return _compare_matrices(xa, xb, deadline, percent)
-    la, lb = _split_list(na), _split_list(nb)
-    if la is not None or lb is not None:
-        return _compare_lists(la, lb, deadline, percent)
-    if "=" in na or "=" in nb:
-        return _compare_equations(na, nb, deadline, percent)
-    return _compare_values(na, nb, deadline, percent)
+    if not (wa or wb):
+        return None
+    return Verdict.EQUAL if wa and wb and na.casefold() == nb.casefold() else Verdict.DIFFERENT
 
 
 def _compare_base_numerals(na: str, nb: str) -> Verdict | None:
     """``4210_{5}`` against ``4210_5`` or ``4210``; None when the rule does not apply."""
+    if "_" not in na and "_" not in nb:
+        return None
     ma, mb = _BASE_NUMERAL.match(na), _BASE_NUMERAL.match(nb)
     if not (ma and mb) or (ma.group(2) is None and mb.group(2) is None):
         return None
@@ -120,146 +148,6 @@ def _valid_numeral(digits: str, base: str | None) -> bool:
         return True
     b = int(base)
     return 2 <= b <= 36 and all(int(d, 36) < b for d in digits)
-
-
-def _matrix_cells(body: str) -> list[list[str]]:
-    rows = body.split("\\\\")
-    if rows and rows[-1] == "":  # a trailing row break
-        rows.pop()
-    return [row.split("&") for row in rows]
-
-
-def _compare_matrices(xa, xb, deadline: float, percent: bool) -> Verdict:
-    if xa is None or xb is None:
-        return Verdict.DIFFERENT
-    ka, kb = xa.group(1), xb.group(1)
-    if ka != kb and not (ka in _PLAIN_MATRIX_KINDS and kb in _PLAIN_MATRIX_KINDS):
-        return Verdict.DIFFERENT
-    ca, cb = _matrix_cells(xa.group(2)), _matrix_cells(xb.group(2))
-    if [len(r) for r in ca] != [len(r) for r in cb]:
-        return Verdict.DIFFERENT
-    verdicts = [
-        _compare(x, y, deadline, percent) if x and y else Verdict.UNKNOWN
-        for ra, rb in zip(ca, cb, strict=True)
-        for x, y in zip(ra, rb, strict=True)
-    ]
-    return _all_equal(verdicts)
-
-
-def _all_equal(verdicts: list[Verdict]) -> Verdict:
-    if all(v is Verdict.EQUAL for v in verdicts):
-        return Verdict.EQUAL
-    return Verdict.UNKNOWN if Verdict.UNKNOWN in verdicts else Verdict.DIFFERENT
-
-
-def _split_list(s: str) -> tuple[str, str, list[str]] | None:
-    """``(a,b]`` -> ("(", "]", ["a", "b"]); a bare ``a,b`` -> ("", "", [...]); else None."""
-    opener, closer = "", ""
-    body = s
-    if len(s) >= 2 and s[0] in _BRACKETS and s[-1] in ")]":
-        opener, closer, body = s[0], s[-1], s[1:-1]
-    parts, depth, start = [], 0, 0
-    for i, ch in enumerate(body):
-        if ch in "({[":
-            depth += 1
-        elif ch in ")}]":
-            depth -= 1
-            if depth < 0:
-                return None  # "(1)+(2)" is not a tuple
-        elif ch == "," and depth == 0:
-            parts.append(body[start:i])
-            start = i + 1
-    if not parts:
-        return None
-    parts.append(body[start:])
-    return opener, closer, parts
-
-
-def _compare_lists(la, lb, deadline: float, percent: bool) -> Verdict:
-    if la is None or lb is None:
-        return Verdict.DIFFERENT
-    (oa, ca, pa), (ob, cb, pb) = la, lb
-    if len(pa) != len(pb) or ((oa, ca) != (ob, cb) and (oa or ob)):
-        return Verdict.DIFFERENT
-    ordered = _all_equal([_compare(x, y, deadline, percent) for x, y in zip(pa, pb, strict=True)])
-    if ordered is Verdict.EQUAL or oa:
-        return ordered
-    return _compare_unordered(pa, pb, deadline, percent)
-
-
-def _compare_unordered(pa: list[str], pb: list[str], deadline: float, percent: bool) -> Verdict:
-    """A bare list (``1, -2``: the solutions of an equation) matches in any order."""
-    if sorted(pa) == sorted(pb):  # same strings reordered: no pairwise checks needed
-        return Verdict.EQUAL
-    left, unknown = list(pb), False
-    for x in pa:
-        for j, y in enumerate(left):
-            if time.monotonic() > deadline:
-                return Verdict.UNKNOWN
-            verdict = _compare(x, y, deadline, percent)
-            if verdict is Verdict.EQUAL:
-                del left[j]
-                break
-            unknown = unknown or verdict is Verdict.UNKNOWN
-        else:
-            return Verdict.UNKNOWN if unknown else Verdict.DIFFERENT
-    return Verdict.EQUAL
-
-
-def _compare_equations(na: str, nb: str, deadline: float, percent: bool) -> Verdict:
-    sa, sb = na.split("="), nb.split("=")
-    if len(sa) != 2 or len(sb) != 2:
-        return Verdict.UNKNOWN
-    left = _compare(sa[0], sb[0], deadline, percent)
-    right = _compare(sa[1], sb[1], deadline, percent)
-    if left is Verdict.EQUAL and right is Verdict.EQUAL:
-        return Verdict.EQUAL
-    return Verdict.UNKNOWN if Verdict.UNKNOWN in (left, right) else Verdict.DIFFERENT
-
-
-@functools.lru_cache(maxsize=4096)
-def _parsed(text: str) -> mx.Node | None:
-    """Parse once per distinct normalized answer (memoized: parsing is pure)."""
-    try:
-        return mx.parse(text, deadline=time.monotonic() + 0.05)
-    except (mx.ExprError, RecursionError, ValueError):
-        return None
-
-
-def _close(x: float, y: float) -> bool:
-    if math.isinf(x) or math.isinf(y):
-        return x == y
-    return math.isclose(x, y, rel_tol=REL_TOL, abs_tol=1e-9)
-
-
-def _compare_values(na: str, nb: str, deadline: float, percent: bool) -> Verdict:
-    ta, tb = _parsed(na), _parsed(nb)
-    if ta is None or tb is None or time.monotonic() > deadline:
-        return Verdict.UNKNOWN
-    names = sorted(mx.variables(ta) | mx.variables(tb))
-    if not names:
-        x, y = mx.evaluate(ta, {}), mx.evaluate(tb, {})
-        if math.isnan(x) or math.isnan(y):
-            return Verdict.UNKNOWN
-        scales = (1.0, 100.0, 0.01) if percent else (1.0,)
-        return Verdict.EQUAL if any(_close(x, y * s) for s in scales) else Verdict.DIFFERENT
-    return _compare_symbolic(ta, tb, names, deadline)
-
-
-def _compare_symbolic(ta: mx.Node, tb: mx.Node, names: list[str], deadline: float) -> Verdict:
-    rng = random.Random(len(names) * 1_000_003 + 17)  # fixed points: same verdict every run
-    agreeing = 0
-    for _ in range(_SYMBOLIC_POINTS):
-        if time.monotonic() > deadline:
-            return Verdict.UNKNOWN
-        env = {n: rng.uniform(0.3, 2.7) for n in names}
-        x, y = mx.evaluate(ta, env), mx.evaluate(tb, env)
-        if math.isnan(x) or math.isnan(y) or math.isinf(x) or math.isinf(y):
-            continue
-        if not math.isclose(x, y, rel_tol=1e-7, abs_tol=1e-10):
-            return Verdict.DIFFERENT
-        agreeing += 1
-    return Verdict.EQUAL if agreeing >= 3 else Verdict.UNKNOWN
 
 
 class AnswerClasses:
