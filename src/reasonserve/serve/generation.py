@@ -62,7 +62,7 @@ class ChoiceState:
         self.finish_reason = out.finish_reason
         if ended_by_token and last != self._eos:
             self.stop_reason = last
-        self.ttfat_s = getattr(out.metrics, "ttfat_s", None)
+        self.ttfat_s = out.metrics.ttfat_s
         return piece + self.text.finish()
 
 

@@ -1,6 +1,6 @@
 """Prometheus ``/metrics`` in the text exposition format (version 0.0.4), vLLM-style names.
 
-Engine gauges and counters come from the runner's latest :class:`EngineSnapshot`;
+Engine gauges and counters come from the runner's latest ``Engine.metrics()`` snapshot;
 per-request counters and latency histograms are observed by the HTTP side when a
 choice ends (updated on the event loop only, so no lock).
 """
@@ -11,7 +11,7 @@ import bisect
 import math
 from collections import Counter
 
-from reasonserve.serve.engine_port import EngineSnapshot
+from reasonserve.engine.metrics import EngineMetrics
 
 __all__ = ["Histogram", "ServerMetrics"]
 
@@ -94,7 +94,7 @@ class ServerMetrics:
         if ttfat_s is not None:
             self.ttfat.observe(ttfat_s)
 
-    def render(self, s: EngineSnapshot, num_queued: int) -> str:
+    def render(self, s: EngineMetrics, num_queued: int) -> str:
         lines = []
         for name, kind, value, help_text in (
             ("num_requests_running", "gauge", s.num_running, "Requests in the running batch."),

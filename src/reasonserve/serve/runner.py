@@ -25,8 +25,8 @@ from collections import defaultdict, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from reasonserve.core.errors import UnknownRequestError
 from reasonserve.engine import Engine, RequestOutput, SamplingParams
-from reasonserve.serve import engine_port as port
 from reasonserve.serve.errors import ApiError
 
 __all__ = ["EngineRunner", "Event"]
@@ -65,7 +65,7 @@ class EngineRunner:
         self.engine = engine
         self.max_queued_requests = max_queued_requests
         self.error: BaseException | None = None  # why the engine thread died
-        self.snapshot = port.snapshot(engine)  # replaced (never mutated) after each step
+        self.snapshot = engine.metrics()  # a frozen EngineMetrics, replaced after each step
         self._on_exit = on_exit
         self._cv = threading.Condition()
         self._inbox: deque = deque()
@@ -147,7 +147,7 @@ class EngineRunner:
             return False
         if self.engine.has_unfinished():
             self._step()
-        self.snapshot = port.snapshot(self.engine)
+        self.snapshot = self.engine.metrics()
         return True
 
     def _add(self, add: _Add) -> None:
@@ -162,7 +162,7 @@ class EngineRunner:
 
     def _abort(self, request_id: str) -> None:
         if request_id in self._live:
-            port.abort(self.engine, request_id)
+            self._engine_abort(request_id)
             self._forget(request_id)
 
     def _step(self) -> None:
@@ -181,7 +181,7 @@ class EngineRunner:
         batches: dict[asyncio.AbstractEventLoop, list] = defaultdict(list)
         for rid, live in list(self._live.items()):
             out = done.pop(rid, None)
-            tokens = out.token_ids if out is not None else port.verified_tokens(self.engine, rid)
+            tokens = out.token_ids if out is not None else self._verified(rid)
             new = list(tokens[live.sent :])
             live.sent += len(new)
             if out is not None:
@@ -194,8 +194,6 @@ class EngineRunner:
                 self._forget(rid)
             elif new:
                 batches[live.loop].append((live.queue, Event(rid, new)))
-        for rid in done:  # finished after an abort we already answered
-            port.release(self.engine, rid)
         for loop, batch in batches.items():
             _send(loop, batch)
 
@@ -203,7 +201,7 @@ class EngineRunner:
         batches: dict[asyncio.AbstractEventLoop, list] = defaultdict(list)
         for rid, live in list(self._live.items()):
             if abort:
-                port.abort(self.engine, rid)
+                self._engine_abort(rid)
             batches[live.loop].append((live.queue, Event(rid, [], None, message)))
             self._forget(rid)
         for loop, batch in batches.items():
@@ -218,10 +216,19 @@ class EngineRunner:
                 self._forget(None)
                 command.future.set_exception(ApiError(503, "the engine is not running"))
 
+    def _engine_abort(self, request_id: str) -> None:
+        with contextlib.suppress(UnknownRequestError):  # it finished in the meantime
+            self.engine.abort(request_id)
+
+    def _verified(self, request_id: str) -> list[int]:
+        try:
+            return self.engine.verified_tokens(request_id)
+        except UnknownRequestError:
+            return []
+
     def _forget(self, request_id: str | None) -> None:
         if request_id is not None:
             self._live.pop(request_id, None)
-            port.release(self.engine, request_id)
         with self._cv:
             self._num_live -= 1
 
