@@ -20,6 +20,7 @@ import gzip
 import json
 import math
 import pathlib
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from reasonserve.certainindex.answers import extract_probe_answer
@@ -27,6 +28,8 @@ from reasonserve.certainindex.equivalence import AnswerClasses, equivalent
 from reasonserve.certainindex.probe_consistency import ProbeConsistency
 from reasonserve.core.errors import InvalidArgumentError
 from reasonserve.replay._jsonl import read_jsonl
+
+Grade = Callable[[str, str], bool]  # grade(answer, target), shaped like equivalent()
 
 __all__ = ["Trajectory", "load_run"]
 
@@ -108,7 +111,7 @@ def _checked_label(label: dict, where: str) -> dict:
 
 
 def _trajectory(
-    run: str, label: dict, probes: list[dict], gate: ProbeConsistency, interval: int
+    run: str, label: dict, probes: list[dict], gate: ProbeConsistency, interval: int, grade: Grade
 ) -> Trajectory:
     classes = AnswerClasses()
     raw, counted, positions = [], [], []
@@ -121,7 +124,7 @@ def _trajectory(
     target = str(label["target"])
     final = label.get("final_answer")
     final_cid = classes.add(final) if final else -1
-    correct = tuple(equivalent(classes.representative(c), target) for c in range(len(classes)))
+    correct = tuple(grade(classes.representative(c), target) for c in range(len(classes)))
     run_at, current_at = _runs(counted)
     key = (str(label["dataset"]), str(label["problem_id"]), str(label["rollout_id"]))
     return Trajectory(
@@ -130,7 +133,7 @@ def _trajectory(
         target=target,
         tokens_used=label["tokens_used"],
         final_class=final_cid,
-        final_correct=bool(final) and equivalent(final, target),
+        final_correct=bool(final) and grade(final, target),
         recorded_correct=bool(label.get("final_correct")),
         positions=tuple(positions),
         classes=tuple(counted),
@@ -155,8 +158,13 @@ def _runs(counted: list[int]) -> tuple[tuple[int, ...], tuple[int, ...]]:
     return tuple(runs), tuple(currents)
 
 
-def load_run(folder: str | pathlib.Path, *, gate: ProbeConsistency | None = None) -> list[Trajectory]:
-    """All trajectories of one run folder, graded with :func:`equivalent`.
+def load_run(
+    folder: str | pathlib.Path, *, gate: ProbeConsistency | None = None, grade: Grade = equivalent
+) -> list[Trajectory]:
+    """All trajectories of one run folder, graded with ``grade(answer, target)``.
+
+    ``grade`` is :func:`equivalent` by default; offline, a
+    :class:`~reasonserve.certainindex.grading.ReferenceGrader` grades with Math-Verify.
 
     Probes after ``tokens_used`` are dropped (they cannot be reached). A trajectory
     without probes is kept: every rule runs it to the end.
@@ -173,7 +181,7 @@ def load_run(folder: str | pathlib.Path, *, gate: ProbeConsistency | None = None
         label = _checked_label(raw, f"{root / 'labels.jsonl'}:{line_no}")
         key = (str(label["dataset"]), str(label["problem_id"]), str(label["rollout_id"]))
         rows = [r for r in probes.get(key, []) if r["token_position"] <= label["tokens_used"]]
-        out.append(_trajectory(root.name, label, rows, gate, interval))
+        out.append(_trajectory(root.name, label, rows, gate, interval, grade))
     return out
 
 
