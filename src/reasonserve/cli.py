@@ -22,6 +22,9 @@ def _parser() -> argparse.ArgumentParser:
     ops_demo.add_argument("--batches", type=int, default=6, help="random batches to try (>= 1)")
     ops_demo.add_argument("--seed", type=int, default=0, help="seed for weights and prompts")
     ops_demo.add_argument("--json", metavar="PATH", help="also write the report as JSON")
+    check = sub.add_parser("check-determinism", help="sweep every op on this machine; print a verdict")
+    check.add_argument("--cases", type=int, default=2000, help="random (M, K, N) cases per op (>= 1)")
+    check.add_argument("--seed", type=int, default=0)
     _replay_parsers(sub)
     serve = sub.add_parser("serve", help="OpenAI-compatible HTTP server over the embedded engine")
     serve.add_argument("--model", required=True, help="HF-format checkpoint folder")
@@ -30,6 +33,7 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--mode", default="dvr", choices=["dvr", "batch_invariant"])
     serve.add_argument("--num-blocks", type=int, default=1024)
     serve.add_argument("--block-size", type=int, default=16)
+    serve.add_argument("--max-num-seqs", type=int, default=32, help="requests in the running batch")
     serve.add_argument("--max-model-len", type=int, default=None)
     serve.add_argument("--served-model-name", default=None, help="model id in the API (default: folder name)")
     ints = (("max-tokens-limit", 4096), ("max-request-bytes", 1_000_000), ("max-queued-requests", 256),
@@ -133,6 +137,7 @@ def _serve(args) -> int:
 
     engine = Engine.from_pretrained(args.model, EngineConfig(mode=args.mode, num_blocks=args.num_blocks,
                                                              block_size=args.block_size,
+                                                             max_num_seqs=args.max_num_seqs,
                                                              max_model_len=args.max_model_len))  # fmt: skip
     cfg = ServeConfig(model_name=args.served_model_name or pathlib.Path(args.model).name,
                       max_tokens_limit=args.max_tokens_limit, max_request_bytes=args.max_request_bytes,
@@ -168,4 +173,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 2
     if args.command == "serve":
         return _serve(args)
+    if args.command == "check-determinism":
+        from reasonserve.ops.check import print_verdict
+
+        return print_verdict(cases=args.cases, seed=args.seed, out=sys.stdout)
     return 2

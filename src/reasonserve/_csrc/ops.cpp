@@ -146,6 +146,27 @@ int cache_dtype(const at::Tensor& t) {
   return 0;
 }
 
+// Every index the kernel will follow stays inside its tensor (a bad table is an
+// error here, never an out-of-bounds read).
+void check_indices(const at::Tensor& tables, const at::Tensor& row_seq, const at::Tensor& row_keys,
+                   int64_t num_blocks, int64_t block_size) {
+  const int64_t b = tables.size(0), w = tables.size(1), t = row_seq.size(0);
+  const int64_t* tab = tables.data_ptr<int64_t>();
+  const int64_t* seq = row_seq.data_ptr<int64_t>();
+  const int64_t* keys = row_keys.data_ptr<int64_t>();
+  std::vector<int64_t> need(b, 0);  // blocks each sequence's queries read
+  for (int64_t i = 0; i < t; ++i) {
+    TORCH_CHECK(seq[i] >= 0 && seq[i] < b, "row_seq[", i, "] = ", seq[i], " is not a sequence index");
+    TORCH_CHECK(keys[i] >= 1 && keys[i] <= w * block_size, "row_keys[", i, "] = ", keys[i],
+                " must lie in [1, ", w * block_size, "]");
+    need[seq[i]] = std::max(need[seq[i]], (keys[i] + block_size - 1) / block_size);
+  }
+  for (int64_t s = 0; s < b; ++s)
+    for (int64_t j = 0; j < need[s]; ++j)
+      TORCH_CHECK(tab[s * w + j] >= 0 && tab[s * w + j] < num_blocks, "tables[", s, ", ", j, "] = ", tab[s * w + j],
+                  " is not a block of the cache");
+}
+
 // q [T, Hq, D] float32; caches [num_blocks, Hkv, block_size, D]; tables int64 [B, W];
 // row_seq / row_keys int64 [T]: each query row's sequence and visible key count.
 at::Tensor paged_attention(const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_cache,
@@ -164,6 +185,7 @@ at::Tensor paged_attention(const at::Tensor& q, const at::Tensor& k_cache, const
   TORCH_CHECK(tables.dim() == 2 && row_seq.dim() == 1 && row_keys.dim() == 1 &&
                   row_seq.size(0) == q.size(0) && row_keys.size(0) == q.size(0),
               "tables must be [B, W]; row_seq and row_keys [T]");
+  check_indices(tables, row_seq, row_keys, k_cache.size(0), k_cache.size(2));
   const KernelTable* kt = table_for(isa);
   PagedKV kv{k_cache.data_ptr(), v_cache.data_ptr(), cache_dtype(k_cache), k_cache.stride(0), k_cache.stride(1),
              k_cache.stride(2), k_cache.size(2), k_cache.size(3), tables.data_ptr<int64_t>(), tables.size(1)};

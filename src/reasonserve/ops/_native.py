@@ -51,8 +51,11 @@ def _register_fakes() -> None:
     """Shape-only implementations, so ``torch.compile`` / ``torch.export`` trace through."""
     lib = "reasonserve::"
     fakes = {
-        "linear_packed": lambda x, panels, n, isa: x.new_empty((x.shape[0], n)),
-        "matmul_rows": lambda a, b, isa: a.new_empty((a.shape[0], b.shape[1])),
+        # [M, 16 * panels] computed, the first n columns returned (a view).
+        "linear_packed": lambda x, panels, n, isa: x.new_empty_strided((x.shape[0], n), (panels.shape[0] * 16, 1)),
+        "matmul_rows": lambda a, b, isa: a.new_empty_strided(
+            (a.shape[0], b.shape[1]), (-(-b.shape[1] // 16) * 16, 1)
+        ),
         "rms_norm": lambda x, eps, isa: torch.empty_like(x),
         "softmax": lambda x, log, isa: torch.empty_like(x),
         "mean": lambda x, isa: x.new_empty((x.shape[0],)),

@@ -20,6 +20,8 @@ Run-to-run deterministic on the same machine, thread count and library versions.
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from reasonserve.core.errors import InvalidArgumentError
@@ -98,7 +100,7 @@ def matmul(a: torch.Tensor, b: torch.Tensor, *, impl: str = "auto") -> torch.Ten
             f"(a.shape[-1] must equal b.shape[-2])"
         )
     if b.dim() == 2:
-        rows = a.reshape(-1, a.shape[-1])
+        rows = a.reshape(math.prod(a.shape[:-1]), a.shape[-1])
         return _mm_2d(rows, b, impl).reshape(*a.shape[:-1], b.shape[-1])
     try:
         batch = torch.broadcast_shapes(a.shape[:-2], b.shape[:-2])
@@ -165,7 +167,7 @@ def linear(
             raise InvalidArgumentError(
                 f"bias must have shape [{weight.shape[0]}] to match weight, got {tuple(bias.shape)}"
             )
-    rows = x.reshape(-1, x.shape[-1])
+    rows = x.reshape(math.prod(x.shape[:-1]), x.shape[-1])
     out = _mm_2d(rows, weight.t(), impl)
     if bias is not None:
         out = out + bias
