@@ -52,7 +52,9 @@ def _register_fakes() -> None:
     lib = "reasonserve::"
     fakes = {
         # [M, 16 * panels] computed, the first n columns returned (a view).
-        "linear_packed": lambda x, panels, n, isa: x.new_empty_strided((x.shape[0], n), (panels.shape[0] * 16, 1)),
+        "linear_packed": lambda x, panels, n, isa: x.new_empty_strided(
+            (x.shape[0], n), (panels.shape[0] * 16, 1)
+        ),
         "matmul_rows": lambda a, b, isa: a.new_empty_strided(
             (a.shape[0], b.shape[1]), (-(-b.shape[1] // 16) * 16, 1)
         ),

@@ -15,8 +15,8 @@ import platform
 import random
 import time
 from collections.abc import Callable
-from typing import TextIO
 from dataclasses import dataclass, field
+from typing import TextIO
 
 import torch
 
@@ -73,8 +73,8 @@ def _attention_case(m, k, n, slot, dtype, gen):
     q = torch.randn(m, 4, d, generator=gen).to(dtype)
     kc, vc = (torch.randn(m, 2, length + 3, d, generator=gen).to(dtype) for _ in range(2))
     lens = torch.randint(1, length + 1, (m,), generator=gen)
-    alone = decode_attention(q[slot : slot + 1], kc[slot : slot + 1, :, :length], vc[slot : slot + 1, :, :length],
-                             lens[slot : slot + 1])  # fmt: skip
+    one = slice(slot, slot + 1)
+    alone = decode_attention(q[one], kc[one, :, :length], vc[one, :, :length], lens[one])
     return alone[0], lambda: decode_attention(q, kc, vc, lens)[slot]
 
 
@@ -129,7 +129,9 @@ class SweepReport:
 
 
 def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
-    return a.shape == b.shape and torch.equal(a.reshape(-1).view(torch.uint8), b.reshape(-1).view(torch.uint8))
+    if a.shape != b.shape:
+        return False
+    return torch.equal(a.reshape(-1).view(torch.uint8), b.reshape(-1).view(torch.uint8))
 
 
 def _under_isa(isa: str, fn):
@@ -188,7 +190,8 @@ def print_verdict(cases: int, seed: int, out: TextIO) -> int:
     else:
         print(f"native kernels: unavailable ({_native.load_error()}); checking the torch path", file=out)
     report = run_sweep(cases, seed)
-    print(f"{report.cases} cases x {len(OPS)} ops = {report.checks} checks in {report.seconds:.1f} s", file=out)
+    done = f"{report.cases} cases x {len(OPS)} ops = {report.checks} checks"
+    print(f"{done} in {report.seconds:.1f} s", file=out)
     for name, bad in report.failures.items():
         print(f"  {name:18s} {'ok' if not bad else f'{bad} rows differ from the row alone'}", file=out)
     for isa, bad in report.isa_mismatches.items():
