@@ -84,7 +84,7 @@ def test_relabelling_ids_does_not_change_decisions(view):
     mapping = {r.request_id: f"x{i:02d}" for i, r in enumerate(ordered)}
 
     def relabel(rs):
-        fields = RequestView.__slots__[1:]
+        fields = RequestView._fields[1:]
         return tuple(RequestView(mapping[r.request_id], *[getattr(r, f) for f in fields]) for r in rs)
 
     renamed = SchedulerView(

@@ -12,14 +12,17 @@ policies must not keep references that outlive ``decide``.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from reasonserve.core.phase import Phase
 
 __all__ = ["InstanceView", "ProgramView", "RequestView", "SchedulerView"]
 
 
-@dataclass(frozen=True, slots=True)
-class RequestView:
+class RequestView(NamedTuple):
+    """One request, as a policy sees it (a named tuple: immutable and cheap to build, since
+    a host builds one per request per step)."""
+
     request_id: str
     arrival_s: float
     phase: Phase

@@ -55,6 +55,7 @@ class DecoderModel:
         self.lm_head = self.w["model.embed_tokens.weight" if cfg.tie_word_embeddings else "lm_head.weight"]
         if cfg.tie_word_embeddings:
             self.lm_head = ops.k_major(self.embed)
+        self.fused = _fused_weights(cfg, w)
         self.cos, self.sin = self._rope_tables()
 
     @classmethod
@@ -164,10 +165,13 @@ class DecoderModel:
     ) -> torch.Tensor:
         cfg, p, n = self.cfg, f"model.layers.{layer}.", h.shape[0]
         x = kern.rms_norm(h, self.w[p + "input_layernorm.weight"], cfg.rms_norm_eps)
-        q = self._linear(kern, x, p + "self_attn.q_proj").view(n, cfg.num_attention_heads, cfg.head_dim)
-        k = self._linear(kern, x, p + "self_attn.k_proj").view(n, cfg.num_key_value_heads, cfg.head_dim)
-        v = self._linear(kern, x, p + "self_attn.v_proj").view(n, cfg.num_key_value_heads, cfg.head_dim)
-        q, k = _rotate(q, cos, sin), _rotate(k, cos, sin)
+        hq, hkv, d = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
+        if kern.fused:  # one projection for q, k and v (stock kernels only: bits may differ)
+            q, k, v = kern.linear(x, *self.fused[p + "qkv"]).split([hq * d, hkv * d, hkv * d], dim=-1)
+        else:
+            q, k, v = (self._linear(kern, x, p + f"self_attn.{name}_proj") for name in "qkv")
+        q, k = _rotate(q.reshape(n, hq, d), cos, sin), _rotate(k.reshape(n, hkv, d), cos, sin)
+        v = v.reshape(n, hkv, d)
         k_cache[meta.slot_blocks, :, meta.slot_offsets] = k
         v_cache[meta.slot_blocks, :, meta.slot_offsets] = v
         attn = kern.paged_attention(q, k_cache, v_cache, meta).reshape(n, -1)
@@ -175,7 +179,10 @@ class DecoderModel:
 
     def _mlp_block(self, kern: Kernels, h: torch.Tensor, p: str) -> torch.Tensor:
         x = kern.rms_norm(h, self.w[p + "post_attention_layernorm.weight"], self.cfg.rms_norm_eps)
-        gate, up = self._linear(kern, x, p + "mlp.gate_proj"), self._linear(kern, x, p + "mlp.up_proj")
+        if kern.fused:
+            gate, up = kern.linear(x, self.fused[p + "gate_up"][0]).chunk(2, dim=-1)
+        else:
+            gate, up = self._linear(kern, x, p + "mlp.gate_proj"), self._linear(kern, x, p + "mlp.up_proj")
         return h + self._linear(kern, kern.silu(gate) * up, p + "mlp.down_proj")
 
     def _check(self, batch: SequenceBatch) -> None:
@@ -196,3 +203,20 @@ def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tens
     """RoPE with the HF ``rotate_half`` convention; ``cos``/``sin`` broadcast against ``x``."""
     half = x.shape[-1] // 2
     return x * cos + torch.cat([-x[..., half:], x[..., :half]], dim=-1) * sin
+
+
+def _fused_weights(
+    cfg: ModelConfig, w: dict[str, torch.Tensor]
+) -> dict[str, tuple[torch.Tensor, torch.Tensor | None]]:
+    """Concatenated q/k/v and gate/up projections (K-major) for the stock kernels."""
+    out: dict[str, tuple[torch.Tensor, torch.Tensor | None]] = {}
+    for layer in range(cfg.num_hidden_layers):
+        p = f"model.layers.{layer}."
+        attn = [p + f"self_attn.{name}_proj" for name in "qkv"]
+        bias = torch.cat([w[a + ".bias"] for a in attn]) if cfg.qkv_bias else None
+        out[p + "qkv"] = (ops.k_major(torch.cat([w[a + ".weight"] for a in attn])), bias)
+        out[p + "gate_up"] = (
+            ops.k_major(torch.cat([w[p + "mlp.gate_proj.weight"], w[p + "mlp.up_proj.weight"]])),
+            None,
+        )
+    return out

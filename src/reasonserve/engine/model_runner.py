@@ -57,37 +57,29 @@ class ModelRunner:
         )
 
     def _pack(self, chunks: Sequence[Chunk]) -> tuple[torch.Tensor, torch.Tensor, PagedMeta, torch.Tensor]:
+        """Packed ids, positions, paged metadata and logit rows, with per-chunk Python work
+        limited to a few scalars; slots and positions are computed as tensors."""
         bs, scratch = self.block_size, self.cache.scratch
-        max_pos = self.model.cfg.max_position_embeddings - 1
-        ids: list[int] = []
-        positions: list[int] = []
-        blocks: list[int] = []
-        offsets: list[int] = []
-        rows: list[int] = []
-        seq_lens, query_lens, tables = [], [], []
-        for c in chunks:
-            real, n = len(c.tokens), max(len(c.tokens), c.pad_to)
-            end = c.start + n
-            ids += c.tokens + [0] * (n - real)
-            positions += [min(p, max_pos) for p in range(c.start, end)]
-            blocks += [c.table[p // bs] for p in range(c.start, c.start + real)] + [scratch] * (n - real)
-            offsets += [p % bs for p in range(c.start, end)]
-            rows += range(len(ids) - n + real - c.want, len(ids) - n + real)
-            seq_lens.append(end)
-            query_lens.append(n)
-            tables.append(c.table)
-        width = max(-(-s // bs) for s in seq_lens)
-        table = [list(t[:width]) + [scratch] * (width - len(t)) for t in tables]
+        real = torch.tensor([len(c.tokens) for c in chunks])
+        n = torch.maximum(real, torch.tensor([c.pad_to for c in chunks]))
+        start = torch.tensor([c.start for c in chunks])
+        width = int(((start + n + bs - 1) // bs).max())
+        table = torch.tensor([list(c.table[:width]) + [scratch] * (width - len(c.table)) for c in chunks])
+        owner = torch.repeat_interleave(torch.arange(len(chunks)), n)  # chunk of each row
+        first = torch.cumsum(n, 0) - n
+        index = torch.arange(int(n.sum())) - first[owner]  # row index within its chunk
+        positions = start[owner] + index
+        is_real = index < real[owner]
+        blocks = torch.where(is_real, table[owner, positions // bs], scratch)
+        ids = torch.zeros(len(index), dtype=torch.long)
+        ids[is_real] = torch.tensor([t for c in chunks for t in c.tokens], dtype=torch.long)
+        want = torch.tensor([c.want for c in chunks])
+        rows = (index >= real[owner] - want[owner]) & is_real
         meta = PagedMeta(
-            torch.tensor(table, dtype=torch.int32),
-            torch.tensor(seq_lens, dtype=torch.int32),
-            torch.tensor(query_lens, dtype=torch.int32),
-            torch.tensor(blocks),
-            torch.tensor(offsets),
-            all(q == 1 for q in query_lens),
-            max(seq_lens),
+            table.to(torch.int32), (start + n).to(torch.int32), n.to(torch.int32), blocks, positions % bs
         )
-        return torch.tensor(ids), torch.tensor(positions), meta, torch.tensor(rows, dtype=torch.long)
+        max_pos = self.model.cfg.max_position_embeddings - 1
+        return ids, positions.clamp(max=max_pos), meta, rows.nonzero().flatten()
 
     # sampling -----------------------------------------------------------------------
     @staticmethod
@@ -119,13 +111,25 @@ class ModelRunner:
 
 
 def _sample(logits, params, seeds, positions) -> list[int | Exception]:
-    tokens = ops.sample(
-        logits,
-        seeds=list(seeds),
-        positions=list(positions),
-        temperature=[p.temperature for p in params],
-        top_k=[p.effective_top_k for p in params],
-        top_p=[p.top_p for p in params],
-        min_p=[p.min_p for p in params],
-    )
-    return tokens.tolist()
+    """Greedy rows take ``ops.greedy`` (the bits ``ops.sample`` gives them, without drawing
+    noise for the whole vocabulary); the others one ``ops.sample`` call."""
+    greedy = [i for i, p in enumerate(params) if p.temperature == 0]
+    drawn = [i for i, p in enumerate(params) if p.temperature != 0]
+    out: list[int | Exception] = [0] * len(params)
+    if greedy:
+        for i, token in zip(greedy, ops.greedy(logits[greedy]).tolist(), strict=True):
+            out[i] = token
+    if drawn:
+        ps = [params[i] for i in drawn]
+        tokens = ops.sample(
+            logits[drawn],
+            seeds=[seeds[i] for i in drawn],
+            positions=[positions[i] for i in drawn],
+            temperature=[p.temperature for p in ps],
+            top_k=[p.effective_top_k for p in ps],
+            top_p=[p.top_p for p in ps],
+            min_p=[p.min_p for p in ps],
+        )
+        for i, token in zip(drawn, tokens.tolist(), strict=True):
+            out[i] = token
+    return out

@@ -173,11 +173,12 @@ class Scheduler:
             n = min(seq.num_pending, budget, plan.budgets.get(seq.request_id, budget))
             if n < 1:
                 continue
-            try:
-                for src, dst in self.blocks.ensure_capacity(seq.block_table, seq.num_computed + n):
-                    self.runner.cache.copy_block(src, dst)
-            except OutOfBlocks:
-                continue
+            if seq.num_computed + n > len(seq.block_table) * self.config.block_size:  # grow (no shared
+                try:  # block is ever written: forks and the prefix cache share full blocks only)
+                    for src, dst in self.blocks.ensure_capacity(seq.block_table, seq.num_computed + n):
+                        self.runner.cache.copy_block(src, dst)
+                except OutOfBlocks:
+                    continue
             out.append((seq, n))
             budget -= n
         if not out and self.running and not plan.preempt:
