@@ -64,7 +64,11 @@ class ModelRunner:
         n = torch.maximum(real, torch.tensor([c.pad_to for c in chunks]))
         start = torch.tensor([c.start for c in chunks])
         width = int(((start + n + bs - 1) // bs).max())
-        table = torch.tensor([list(c.table[:width]) + [scratch] * (width - len(c.table)) for c in chunks])
+        flat: list[int] = []  # one flat list: torch.tensor on nested lists is slow
+        for c in chunks:
+            flat += c.table[:width]
+            flat += [scratch] * (width - len(c.table))
+        table = torch.tensor(flat, dtype=torch.long).view(len(chunks), width)
         owner = torch.repeat_interleave(torch.arange(len(chunks)), n)  # chunk of each row
         first = torch.cumsum(n, 0) - n
         index = torch.arange(int(n.sum())) - first[owner]  # row index within its chunk

@@ -54,7 +54,8 @@ class Scheduler:
 
     def growth(self, seq: Sequence) -> int:
         """More blocks a running request needs to compute all its pending tokens."""
-        return max(0, self.blocks.blocks_for(seq.num_computed + seq.num_pending) - len(seq.block_table))
+        bs = self.config.block_size
+        return max(0, (len(seq.prompt) + len(seq.output) + bs - 1) // bs - len(seq.block_table))
 
     def admission_blocks(self, seq: Sequence) -> int:
         """Blocks admitting a waiting request takes at most (prefix-cache hits take fewer)."""
