@@ -86,18 +86,25 @@ class Generation:
             raise
 
     async def updates(self) -> AsyncIterator[tuple[ChoiceState, str, list[int]]]:
-        """(choice, new text, new token ids) for every engine event, until every choice has finished."""
+        """(choice, new text, new token ids) until every choice has finished. Events that
+        queued up while the consumer was busy are merged: one update per choice."""
         pending = sum(c.finish_reason is None for c in self.choices.values())
         while pending:
-            event: Event = await self._queue.get()
-            choice = self.choices.get(event.request_id)
-            if choice is None or choice.finish_reason is not None:
-                continue  # events after a stop-string abort
-            piece = choice.apply(event)
-            if choice.finish_reason is not None:
-                pending -= 1
-                self._ended(choice, aborted=event.finished is None and event.error is None)
-            yield choice, piece, event.tokens
+            events = [await self._queue.get()]
+            while not self._queue.empty():
+                events.append(self._queue.get_nowait())
+            merged: dict[str, tuple[str, list[int]]] = {}
+            for event in events:
+                choice = self.choices.get(event.request_id)
+                if choice is None or choice.finish_reason is not None:
+                    continue  # events after a stop-string abort
+                piece, ids = merged.get(event.request_id, ("", []))
+                merged[event.request_id] = (piece + choice.apply(event), ids + event.tokens)
+                if choice.finish_reason is not None:
+                    pending -= 1
+                    self._ended(choice, aborted=event.finished is None and event.error is None)
+            for engine_id, (piece, ids) in merged.items():
+                yield self.choices[engine_id], piece, ids
 
     def close(self) -> None:
         """Abort every choice that has not finished (idempotent)."""
