@@ -42,6 +42,9 @@ def capacity_of(engine) -> Capacity:
 
 
 def create_app(runner: EngineRunner, config: ServeConfig | None = None) -> FastAPI:
+    """The FastAPI app serving ``runner``'s engine under ``config``'s limits. Body limits
+    and read timeouts need the app to run under :func:`reasonserve.serve.serve` (or
+    :func:`reasonserve.serve.server.uvicorn_config`) for the header timeout."""
     cfg = config or ServeConfig()
     app = FastAPI(title="reasonserve", default_response_class=AsciiJSONResponse)
     install_error_handlers(app)
