@@ -92,8 +92,9 @@ def test_normalize_answer(raw, normal):
 def test_hostile_text_keeps_the_right_answer():
     # time bounds on hostile text are asserted in tests/test_equivalence_bounds.py
     assert extract_answer("{" * 100_000 + r"\boxed{" * 1000) is None  # nothing closes
-    # nested boxes unwrap at most three levels below the outer one (each level is a scan)
-    assert extract_answer(r"\boxed{" * 5000 + "7" + "}" * 5000) == r"\boxed{" * 4996 + "7" + "}" * 4996
+    # nesting deeper than any answer ends the box scan: the last number is the answer
+    assert extract_answer(r"\boxed{" * 5000 + "7" + "}" * 5000) == "7"
+    assert extract_answer(r"\boxed{" * 200 + "7" + "}" * 200) == r"\boxed{" * 196 + "7" + "}" * 196
     assert extract_answer(r"\boxed{\boxed{7}}") == "7"
     assert extract_probe_answer("}" + "x" * 100_000) == ""
     long_answer = "9" * 100_000

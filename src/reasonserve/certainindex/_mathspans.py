@@ -19,13 +19,42 @@ _INLINE = ("$", "\\(")  # a newline inside these ends the attempt (prose, not ma
 _LEADING_CLOSER = re.compile(r"^(?:\}|\$\$|\$|\\\)|\\\])")
 _TRAILING_OPENER = re.compile(r"(?:\\(?:boxed|fbox)\s*\{|\\(?:boxed|fbox) +|\$\$|\$|\\\(|\\\[)$")
 MAX_GAP_CHARS = 200
+MAX_BRACE_DEPTH = 256
+BOX_TAIL_CHARS = 16_384
 
 
 def top_level_boxes(text: str) -> list[tuple[int, int]]:
-    """Contents of every closed ``\\boxed{...}`` not nested in another one, in order."""
+    """Contents of the closed ``\\boxed{...}`` not nested in another one, in order.
+
+    Only the last boxes matter, so the scan looks at the last :data:`BOX_TAIL_CHARS`
+    characters first and doubles the span until it finds a box (total work at most
+    twice one scan of the text). A box that opened before the span is not seen; its
+    inner boxes are. See :func:`_boxes_from` for the scan itself.
+    """
+    span = BOX_TAIL_CHARS
+    while True:
+        start = max(0, len(text) - span)
+        boxes = _boxes_from(text, start)
+        if boxes or start == 0:
+            return boxes
+        span *= 2
+
+
+def _boxes_from(text: str, start: int) -> list[tuple[int, int]]:
+    """Boxes in ``text[start:]``: one pass with a stack, from the first box on.
+
+    Braces before the first box cannot change which boxes close, so the scan starts
+    there; nesting deeper than :data:`MAX_BRACE_DEPTH` ends it (no answer is that deep).
+    """
+    found = [i for i in (text.find("\\boxed", start), text.find("\\fbox", start)) if i >= 0]
+    if not found:
+        return []
+    first = min(found)
     stack: list[int | None] = []  # content start for a box's brace, None for a plain brace
     boxes: list[tuple[int, int]] = []
-    for m in _BOX_OR_BRACE.finditer(text):
+    for m in _BOX_OR_BRACE.finditer(text, first):
+        if len(stack) > MAX_BRACE_DEPTH:
+            break
         token = m.group(0)
         if token[0] == "\\" and token[1] in "{}$":
             continue  # an escaped brace or dollar

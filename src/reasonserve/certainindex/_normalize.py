@@ -58,6 +58,7 @@ _TRAILING_TEXT_WORDS = re.compile(
 _PERCENT_WORDS = frozenset(("percent", "percentage", "pct"))
 _UNIT_POWER = re.compile(r"\^\s*\{?\s*[23]\s*\}?$")
 _THOUSANDS = re.compile(r"^-?\d{1,3}(?:,\d{3})+(?:\.\d+)?$")
+_PLAIN_NUMBER = re.compile(r"-?[0-9]{1,300}(?:\.[0-9]{1,300})?")
 _APPROX = re.compile(r"\\approx|≈")
 
 
@@ -147,7 +148,10 @@ def normalize(answer: str) -> str:
     parenthesized matrices -> matrices; thousands separators (``1,000``, ``14{,}916``; never ``32, 349``) and
     trailing zeros after the point dropped; spaces removed.
     """
-    s = unicodedata.normalize("NFKC", answer).strip()
+    s = answer.strip()
+    if _PLAIN_NUMBER.fullmatch(s):  # the common case: nothing else to do
+        return _canonical_number(s)
+    s = unicodedata.normalize("NFKC", s).strip()
     if len(s) > MAX_ANSWER_CHARS:
         return s
     s = halve_backslashes(s).strip().strip("$").strip()

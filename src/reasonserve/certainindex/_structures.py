@@ -67,6 +67,8 @@ def _expand_pm(part: str) -> list[str]:
 
 def split_items(s: str) -> Items | None:
     """``(a,b]`` -> ("(", "]", [a, b]); ``a,b`` or ``a\\pm b`` -> ("", "", [...]); else None."""
+    if "," not in s and ";" not in s and "\\pm" not in s and "\\mp" not in s and "\\cup" not in s:
+        return None
     if "\\cup" in s:
         parts = split_parts(s, "\\cup")
         if parts and len(parts) > 1 and all(parts):

@@ -26,6 +26,8 @@ from __future__ import annotations
 import functools
 import re
 
+import numpy as np
+
 from reasonserve.certainindex import _normalize
 from reasonserve.certainindex._mathspans import chained, math_spans, top_level_boxes
 from reasonserve.certainindex._normalize import balanced_group
@@ -42,7 +44,7 @@ __all__ = [
 ]
 
 MAX_TEXT_CHARS = 200_000
-MATH_TAIL_CHARS = 20_000  # math spans are looked for in the tail of the text only
+MATH_TAIL_CHARS = 10_000  # math spans are looked for in the tail of the text only
 MAX_ANSWER_CHARS = _normalize.MAX_ANSWER_CHARS
 
 _ANSWER_IS = re.compile(r"answer\s+is\s*[:：]?\s*", re.IGNORECASE)
@@ -99,10 +101,22 @@ def _unbox(answer: str) -> str:
     return answer
 
 
+def _last_match(pattern: re.Pattern[str], text: str, word: str, tries: int = 64) -> re.Match | None:
+    """The last match of ``pattern`` (which starts with ``word``), looking back from the end."""
+    spellings, end = {word, word.capitalize(), word.title(), word.upper()}, len(text)
+    for _ in range(tries):
+        at = max(text.rfind(w, 0, end) for w in spellings)
+        if at < 0:
+            return None
+        m = pattern.match(text, at)
+        if m:
+            return m
+        end = at
+    return None
+
+
 def _after_answer_is(text: str) -> str | None:
-    last = None
-    for last in _ANSWER_IS.finditer(text):  # noqa: B007 - the last match is wanted
-        pass
+    last = _last_match(_ANSWER_IS, text, "answer")
     if last is None:
         return None
     tail = text[last.end() : last.end() + 2000].strip()
@@ -115,12 +129,10 @@ def _after_answer_is(text: str) -> str | None:
 
 def _final_answer_sentence(text: str) -> str | None:
     """The value stated after "Final Answer:" (a math span, else the first number after "is")."""
-    last = None
-    for last in _FINAL_ANSWER.finditer(text[-5000:]):  # noqa: B007 - the last match is wanted
-        pass
+    last = _last_match(_FINAL_ANSWER, text, "final answer")
     if last is None:
         return None
-    segment = re.split(r"\n|I hope", text[-5000:][last.end() : last.end() + 500], maxsplit=1)[0]
+    segment = re.split(r"\n|I hope", text[last.end() : last.end() + 500], maxsplit=1)[0]
     tail = segment
     for is_match in _IS.finditer(segment):
         tail = segment[is_match.end() :]
@@ -171,15 +183,13 @@ def extract_probe_answer(text: str | None) -> str:
     """Text up to the first unmatched ``}`` (the probe continues ``\\boxed{``), else ``""``."""
     if not text:
         return ""
-    depth = 0
-    for i, ch in enumerate(text[:MAX_TEXT_CHARS]):
-        if ch == "{":
-            depth += 1
-        elif ch == "}":
-            if depth == 0:
-                return text[:i].strip()
-            depth -= 1
-    return ""
+    text = text[:MAX_TEXT_CHARS]
+    if "}" not in text:
+        return ""
+    codes = np.frombuffer(text.encode("utf-32-le"), dtype=np.uint32)
+    depth = np.cumsum((codes == ord("{")).astype(np.int32) - (codes == ord("}")))  # vectorized scan
+    unmatched = np.flatnonzero(depth < 0)
+    return text[: unmatched[0]].strip() if unmatched.size else ""
 
 
 def normalize_answer(answer: str | None) -> str:

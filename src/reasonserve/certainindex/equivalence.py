@@ -32,12 +32,14 @@ from reasonserve.certainindex._normalize import has_percent
 from reasonserve.certainindex._relations import assigned_value, compare_relations, split_relation
 from reasonserve.certainindex._structures import MATRIX, compare_items, compare_matrices, split_items
 from reasonserve.certainindex._values import compare_values
+from reasonserve.certainindex._values import parsed as _parsed  # noqa: F401 - benchmarks clear its cache
 from reasonserve.certainindex._verdict import Verdict
 from reasonserve.certainindex.answers import MAX_ANSWER_CHARS, normalize_answer
 from reasonserve.core.errors import InvalidArgumentError
 
 __all__ = ["AnswerClasses", "Verdict", "compare_answers", "equivalent", "group_answers"]
 
+_INTEGER = re.compile(r"-?[0-9]{1,300}")
 _MC = re.compile(r"^\(?([A-Ea-e])\)?$")
 _WORD = re.compile(r"^[A-Za-z]{4,}$")
 _BASE_NUMERAL = re.compile(r"^([0-9A-Z]+)(?:_\{?(\d{1,2})\}?)?$")
@@ -76,6 +78,8 @@ class _Cascade:
             return Verdict.EQUAL
         if time.monotonic() > self.deadline:
             return Verdict.UNKNOWN
+        if not self.percent and _INTEGER.fullmatch(na) and _INTEGER.fullmatch(nb):
+            return Verdict.EQUAL if int(na) == int(nb) else Verdict.DIFFERENT  # the common case
         value = _one_sided_assignment(na, nb)
         if value is not None:
             return self.compare(*value)
