@@ -125,7 +125,7 @@ class BlockManager:
 
     def exclusive(self, table: Sequence[int]) -> int:
         """Blocks of ``table`` that no other table holds."""
-        return sum(1 for block in table if self._ref[block] == 1)
+        return list(map(self._ref.__getitem__, table)).count(1)
 
     def fork(self, table: Sequence[int]) -> list[int]:
         """A new table sharing every block (reference counts up)."""

@@ -89,7 +89,7 @@ def _check_capacity(plan: Plan, sched, bad) -> None:
     seats = len(staying) + len(plan.admit)
     if plan.admit and seats > sched.max_num_seqs:
         raise bad(plan.admit[-1], f"makes {seats} running requests; max_num_seqs is {sched.max_num_seqs}")
-    need = sum(sched.growth(s) for s in staying)
+    need = sum(map(sched.view_growth, staying))
     available = sched.blocks.num_free + sched.blocks.released_by([s.block_table for s in leaving])
     for seq in plan.admit:
         need += sched.admission_blocks(seq)

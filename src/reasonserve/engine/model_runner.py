@@ -10,7 +10,7 @@ block tables), and returns the logits rows asked for.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 
@@ -23,11 +23,11 @@ from reasonserve.engine.sampling_params import SamplingParams
 __all__ = ["Chunk", "ModelRunner"]
 
 
-@dataclass(frozen=True, slots=True)
-class Chunk:
+class Chunk(NamedTuple):
     """``tokens`` to run from position ``start`` of a request with block ``table``;
     ``pad_to`` pads the chunk with dummy queries (their K/V go to the scratch block);
-    ``want`` is how many of its last real rows need logits."""
+    ``want`` is how many of its last real rows need logits. (A named tuple: the host
+    builds one per request per step.)"""
 
     tokens: list[int]
     start: int

@@ -34,6 +34,7 @@ class Scheduler:
         self.running: list[Sequence] = []
         self.by_id: dict[str, Sequence] = {}
         self.steps = self.num_preemptions = 0
+        self._growth: dict[str, int] = {}  # per running request, computed with this step's view
 
     # queues --------------------------------------------------------------------------
     def add(self, seq: Sequence) -> None:
@@ -56,6 +57,10 @@ class Scheduler:
         """More blocks a running request needs to compute all its pending tokens."""
         bs = self.config.block_size
         return max(0, (len(seq.prompt) + len(seq.output) + bs - 1) // bs - len(seq.block_table))
+
+    def view_growth(self, seq: Sequence) -> int:
+        """:meth:`growth` as computed for this step's view (nothing changed since)."""
+        return self._growth[seq.request_id]
 
     def admission_blocks(self, seq: Sequence) -> int:
         """Blocks admitting a waiting request takes at most (prefix-cache hits take fewer)."""
@@ -83,6 +88,8 @@ class Scheduler:
                 s.swapped is not None,
             )
 
+        growth = self._growth = {s.request_id: self.growth(s) for s in self.running}
+
         def running(s: Sequence) -> RequestView:
             return RequestView(
                 s.request_id,
@@ -93,7 +100,7 @@ class Scheduler:
                 len(s.output),
                 s.params.priority,
                 self.blocks.exclusive(s.block_table),
-                self.growth(s),
+                growth[s.request_id],
                 s.enqueued_s,
                 s.quantum_used,
                 s.params.max_tokens,
