@@ -4,6 +4,7 @@ and the server answers a normal request right after (issue 13's reproduced defec
 from __future__ import annotations
 
 import json
+import os
 import select
 import socket
 import threading
@@ -106,7 +107,13 @@ def test_unknown_route_and_method_get_the_error_shape(live):
     assert_error(httpx.get(live.url + "/v1/completions", timeout=TIMEOUT_S), 405)
 
 
+def _rss_mib() -> float:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
 def test_chunked_body_over_the_limit_is_cut_off_at_the_limit(live):
+    rss_before = _rss_mib()  # the server runs in this process
     sock = socket.create_connection(("127.0.0.1", live.port), timeout=TIMEOUT_S)
     sock.sendall(b"POST /v1/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
                  b"transfer-encoding: chunked\r\n\r\n")  # fmt: skip
@@ -124,6 +131,7 @@ def test_chunked_body_over_the_limit_is_cut_off_at_the_limit(live):
         sock.close()
     assert reply.startswith(b"HTTP/1.1 413"), reply[:200]
     assert sent < 20_000_000  # refused near the 20 kB limit, not after buffering the flood
+    assert _rss_mib() - rss_before < 50
     assert httpx.get(live.url + "/health", timeout=TIMEOUT_S).status_code == 200
     assert_still_serves(live)
 
@@ -206,3 +214,11 @@ def _metric(live, name: str) -> float:
         if line.startswith("reasonserve:" + name + " "):
             return float(line.rsplit(" ", 1)[1])
     raise AssertionError(f"metric {name} missing")
+
+
+def test_a_client_leaving_mid_body_is_harmless(live):
+    sock = socket.create_connection(("127.0.0.1", live.port), timeout=TIMEOUT_S)
+    sock.sendall(b'POST /v1/completions HTTP/1.1\r\nhost: x\r\ncontent-length: 1000\r\n\r\n{"prompt": [1')
+    sock.close()
+    assert_still_serves(live)
+    assert wait_until(lambda: live.runner.num_live == 0, timeout_s=5)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import signal
 import subprocess
 import sys
@@ -16,7 +17,7 @@ httpx = pytest.importorskip("httpx")
 pytest.importorskip("uvicorn")
 
 from _live_server import TIMEOUT_S, live_server, tiny_engine, wait_until  # noqa: E402
-from reasonserve.engine import Engine, EngineConfig, make_tiny_checkpoint  # noqa: E402
+from reasonserve.engine import Engine, EngineConfig, SamplingParams, make_tiny_checkpoint  # noqa: E402
 from reasonserve.serve.config import ServeConfig  # noqa: E402
 
 
@@ -171,3 +172,42 @@ def test_a_dead_engine_loop_makes_the_process_exit_nonzero(tmp_path):
         assert proc.wait(timeout=20) == 1
     finally:
         proc.kill()
+
+
+def test_the_queue_cap_answers_429_with_retry_after(tmp_path):
+    engine = tiny_engine(tmp_path, engine_cls=FlakyEngine)
+    engine.step_sleep_s = 0.1  # 20 tokens take 2 s or more
+    with live_server(engine, ServeConfig(model_name="tiny", max_queued_requests=2)) as live:
+        body = {"prompt": [1, 2], "max_tokens": 20}
+        results: list = []
+        workers = [threading.Thread(target=lambda: results.append(_post(live.url, body))) for _ in range(2)]
+        for w in workers:
+            w.start()
+        assert wait_until(lambda: live.runner.num_live == 2, timeout_s=10)
+        r = _post(live.url, body, timeout=10)
+        assert r.status_code == 429 and r.headers["retry-after"] == "1"
+        assert r.json()["error"]["type"] == "RateLimitError"
+        for w in workers:
+            w.join(TIMEOUT_S)
+        assert [x.status_code for x in results] == [200, 200]  # accepted work is not lost
+
+
+def test_streams_of_deterministic_requests_carry_only_verified_tokens(tmp_path):
+    path = make_tiny_checkpoint(tmp_path / "m")
+    config = EngineConfig(block_size=4, num_blocks=128, dvr_window=4)
+    params = SamplingParams(max_tokens=24, seed=7, deterministic=True)
+    reference = Engine.from_pretrained(path, config).generate([[1, 2, 3]], params)[0].token_ids
+    noise = random.Random(0)
+
+    def flip(_rid, _pos, token):  # the fast path gets a wrong token a third of the time
+        return (token + 1) % 256 if noise.random() < 0.3 else token
+
+    engine = Engine.from_pretrained(path, config, fast_path_fault=flip)
+    with live_server(engine) as live:
+        body = {"prompt": [1, 2, 3], "max_tokens": 24, "seed": 7, "deterministic": True, "stream": True,
+                "return_token_ids": True}  # fmt: skip
+        with httpx.stream("POST", live.url + "/v1/completions", json=body, timeout=TIMEOUT_S) as r:
+            chunks = [json.loads(x[6:]) for x in r.iter_lines() if x.startswith("data: {")]
+        streamed = [t for c in chunks for t in c["choices"][0]["token_ids"]]
+        assert engine.metrics().rollbacks > 0  # tokens were rolled back inside the engine...
+        assert streamed == reference  # ...and none of them reached the stream
