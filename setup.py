@@ -13,8 +13,9 @@ from setuptools import setup
 SOURCES = ["ops.cpp", "kernels_generic.cpp", "kernels_avx2.cpp", "kernels_avx512.cpp"]
 CSRC = os.path.join("src", "reasonserve", "_csrc")
 # -ffp-contract=off: no fused multiply-add the compiler picks by itself; the bits of
-# every variant must follow the order written in fixed_order.h.
-CFLAGS = ["-O3", "-std=c++17", "-ffp-contract=off", "-fno-fast-math", "-Wno-psabi"]
+# every variant must follow the order written in fixed_order.h. -fno-trapping-math
+# only lets compares become blends (no FP exception flags are read); values unchanged.
+CFLAGS = ["-O3", "-std=c++17", "-ffp-contract=off", "-fno-trapping-math", "-Wno-psabi"]
 
 
 def _native():

@@ -76,11 +76,20 @@ def compare(
     return statistics.median(times["b"]), statistics.median(times["c"])
 
 
+def _cpu_model() -> str:
+    try:
+        from reasonserve.ops.check import cpu_model
+
+        return cpu_model()
+    except ImportError:
+        return platform.processor() or platform.machine()
+
+
 def machine(device: str) -> dict:
     info = {
         "python": platform.python_version(),
         "torch": torch.__version__,
-        "cpu": platform.processor() or platform.machine(),
+        "cpu": _cpu_model(),
         "threads": torch.get_num_threads(),
         "device": device,
     }

@@ -16,10 +16,12 @@
 //   order, then the lanes are folded by a fixed tree (j += j+8, j += j+4, j += j+2,
 //   j += j+1). 16 is part of the definition, not the vector width: a 4-wide, 8-wide or
 //   16-wide machine computes the same 16 lanes.
+// * Softmax: m = max (exact in any order; a zero maximum is +0); e_i = exp_neg(x_i - m);
+//   total = sum16(e); out_i = e_i * (1 / total); log_softmax: (x_i - m) - log_fixed(total).
 // * Attention: scores s_j = dot16(q, k_j) * scale; m = max_j s_j (exact in any order);
-//   p_j = exp_fixed(s_j - m); denom = sum16(p); out[d] = (chain over j in order of
+//   p_j = exp_neg(s_j - m); denom = sum16(p); out[d] = (chain over j in order of
 //   p_j * v_j[d]) / denom. A query sees keys 0..pos (causal) and reads nothing else.
-// * exp_fixed / log_fixed use only IEEE basic operations (+ - * /, exact scaling by
+// * exp_neg / log_fixed use only IEEE basic operations (+ - * /, exact scaling by
 //   powers of two, nearbyint), so no libm implementation choice can change a bit.
 //
 // Nothing here depends on torch; the binding (ops.cpp) owns threads and tensors.
@@ -140,24 +142,28 @@ static inline double pow2(int n) {  // exact 2^n for -1022 <= n <= 1023
   return d;
 }
 
-static inline float exp_fixed(float xf) {
-  if (xf != xf) return xf;
-  if (xf < -104.0f) return 0.0f;
-  if (xf > 89.0f) return __builtin_inff();
-  double x = xf;
-  double n = __builtin_nearbyint(x * 1.4426950408889634);
-  double r = x - n * 0.6931471805599453;
-  double p = 1.0 / 362880.0;
-  p = 1.0 / 40320.0 + r * p;
-  p = 1.0 / 5040.0 + r * p;
-  p = 1.0 / 720.0 + r * p;
-  p = 1.0 / 120.0 + r * p;
-  p = 1.0 / 24.0 + r * p;
-  p = 1.0 / 6.0 + r * p;
-  p = 0.5 + r * p;
-  p = 1.0 + r * p;
-  p = 1.0 + r * p;
-  return static_cast<float>(p * pow2(static_cast<int>(n)));
+// e^x for x <= 0 (the only arguments softmax and attention ever pass: x - max).
+// Branch-free, float-only, every step an IEEE basic operation: Cody-Waite reduction
+// x = n ln2 + r with n = round(x log2 e), a degree-6 polynomial for e^r (the
+// classic Cephes expf coefficients), then an exact scaling by 2^n built from bits.
+// x < -86 gives 0 (so no subnormal is ever produced), NaN stays NaN, -inf gives 0.
+static inline float exp_neg(float x) {
+  const float xc = x < -86.0f ? -86.0f : (x > 0.0f ? 0.0f : x);
+  // round to nearest even by adding and removing 1.5 * 2^23 (exact for |v| < 2^22)
+  const float n = (xc * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
+  const float r = (xc - n * 0.693359375f) - n * -2.12194440e-4f;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = (p * r) * r + r + 1.0f;
+  const int32_t bits = (static_cast<int32_t>(n) + 127) << 23;
+  float scale;
+  __builtin_memcpy(&scale, &bits, sizeof(scale));
+  const float y = x < -86.0f ? 0.0f : p * scale;
+  return x != x ? x : y;
 }
 
 // natural log of a finite x >= 1 (a sum of exponentials whose largest term is 1).
@@ -195,25 +201,62 @@ static inline void micro(const float* x, int64_t ldx, const float* w, int64_t wk
     for (int u = 0; u < kNv; ++u) storev(acc + r * ldacc + u * RS_VW, a[r][u]);
 }
 
+// One row against RS_NPAN panels at once: for a few rows the weights stream through
+// once, and each k reads RS_NPAN * 16 neighbouring floats (one run in a row-major b).
+static inline void micro_wide(const float* x, const Panels& w, int64_t p, int64_t k0, int64_t k1, float* acc,
+                              bool first) {
+  vf a[RS_NPAN][kNv];
+  const float* wp[RS_NPAN];
+  int64_t wk[RS_NPAN];
+  for (int q = 0; q < RS_NPAN; ++q) {
+    wp[q] = w.at(p + q);
+    wk[q] = w.kstride(p + q);
+    for (int u = 0; u < kNv; ++u) a[q][u] = first ? splat(0.0f) : loadv(acc + (p + q) * kLanes + u * RS_VW);
+  }
+  for (int64_t k = k0; k < k1; ++k) {
+    vf xb = splat(x[k]);
+    for (int q = 0; q < RS_NPAN; ++q)
+      for (int u = 0; u < kNv; ++u) a[q][u] = a[q][u] + xb * loadv(wp[q] + k * wk[q] + u * RS_VW);
+  }
+  for (int q = 0; q < RS_NPAN; ++q)
+    for (int u = 0; u < kNv; ++u) storev(acc + (p + q) * kLanes + u * RS_VW, a[q][u]);
+}
+
 // k is blocked (kKc) so a panel's slice stays in cache across row blocks; the
 // partial sums wait in `acc` between blocks, so each output is still one chain.
 constexpr int64_t kKc = 256;
 
 template <int MR>
-static void linear_range(const float* x, int64_t ldx, int64_t K, const Panels& w, float* acc,
-                         int64_t ldacc, int64_t m0, int64_t m1, int64_t p0, int64_t p1) {
+static void panels_by_rows(const float* x, int64_t ldx, const Panels& w, float* acc, int64_t ldacc, int64_t m0,
+                           int64_t m1, int64_t p0, int64_t p1, int64_t k0, int64_t k1) {
+  for (int64_t p = p0; p < p1; ++p) {
+    const float* wp = w.at(p);
+    int64_t wk = w.kstride(p);
+    int64_t m = m0;
+    for (; m + MR <= m1; m += MR)
+      micro<MR>(x + m * ldx, ldx, wp, wk, k0, k1, acc + m * ldacc + p * kLanes, ldacc, k0 == 0);
+    for (; m < m1; ++m)
+      micro<1>(x + m * ldx, ldx, wp, wk, k0, k1, acc + m * ldacc + p * kLanes, ldacc, k0 == 0);
+  }
+}
+
+static void rows_by_panels(const float* x, int64_t ldx, const Panels& w, float* acc, int64_t ldacc, int64_t m0,
+                           int64_t m1, int64_t p0, int64_t p1, int64_t k0, int64_t k1) {
+  for (int64_t m = m0; m < m1; ++m) {
+    int64_t p = p0;
+    for (; p + RS_NPAN <= p1; p += RS_NPAN) micro_wide(x + m * ldx, w, p, k0, k1, acc + m * ldacc, k0 == 0);
+    for (; p < p1; ++p)
+      micro<1>(x + m * ldx, ldx, w.at(p), w.kstride(p), k0, k1, acc + m * ldacc + p * kLanes, ldacc, k0 == 0);
+  }
+}
+
+static void linear_range(const float* x, int64_t ldx, int64_t K, const Panels& w, float* acc, int64_t ldacc,
+                         int64_t m0, int64_t m1, int64_t p0, int64_t p1) {
   int64_t k0 = 0;
   do {
     int64_t k1 = k0 + kKc < K ? k0 + kKc : K;
-    for (int64_t p = p0; p < p1; ++p) {
-      const float* wp = w.at(p);
-      int64_t wk = w.kstride(p);
-      int64_t m = m0;
-      for (; m + MR <= m1; m += MR)
-        micro<MR>(x + m * ldx, ldx, wp, wk, k0, k1, acc + m * ldacc + p * kLanes, ldacc, k0 == 0);
-      for (; m < m1; ++m)
-        micro<1>(x + m * ldx, ldx, wp, wk, k0, k1, acc + m * ldacc + p * kLanes, ldacc, k0 == 0);
-    }
+    if (m1 - m0 < RS_MR) rows_by_panels(x, ldx, w, acc, ldacc, m0, m1, p0, p1, k0, k1);
+    else panels_by_rows<RS_MR>(x, ldx, w, acc, ldacc, m0, m1, p0, p1, k0, k1);
     k0 = k1;
   } while (k0 < K);
 }
@@ -229,13 +272,15 @@ static void rms_norm_rows(const float* x, int64_t n, float eps, float* out, int6
   }
 }
 
+// The row's maximum, or NaN when the row holds one (then every output is NaN).
 static inline float max_row(const float* x, int64_t n) {
   float m = -__builtin_inff();
+  bool nan = false;
   for (int64_t i = 0; i < n; ++i) {
-    if (x[i] != x[i]) return x[i];
+    nan = nan | (x[i] != x[i]);
     m = x[i] > m ? x[i] : m;
   }
-  return m;
+  return nan ? __builtin_nanf("") : m + 0.0f;  // + 0: a zero maximum is +0 whatever lane saw it
 }
 
 static void softmax_rows(const float* x, int64_t n, bool log, float* out, int64_t r0, int64_t r1) {
@@ -243,13 +288,14 @@ static void softmax_rows(const float* x, int64_t n, bool log, float* out, int64_
     const float* row = x + r * n;
     float* dst = out + r * n;
     float m = max_row(row, n);
-    for (int64_t i = 0; i < n; ++i) dst[i] = exp_fixed(row[i] - m);
+    for (int64_t i = 0; i < n; ++i) dst[i] = exp_neg(row[i] - m);
     float total = sum16(dst, n, 0);
     if (log) {
       float lt = static_cast<float>(log_fixed(static_cast<double>(total)));
       for (int64_t i = 0; i < n; ++i) dst[i] = (row[i] - m) - lt;
     } else {
-      for (int64_t i = 0; i < n; ++i) dst[i] = dst[i] / total;
+      const float inv = 1.0f / total;
+      for (int64_t i = 0; i < n; ++i) dst[i] = dst[i] * inv;
     }
   }
 }
@@ -272,7 +318,7 @@ static void attend(const float* q, const PagedKV& kv, const int64_t* table, int6
     if (s != s || m != m) m = s != s ? s : m;
     else m = s > m ? s : m;
   }
-  for (int64_t j = 0; j < n; ++j) scores[j] = exp_fixed(scores[j] - m);
+  for (int64_t j = 0; j < n; ++j) scores[j] = exp_neg(scores[j] - m);
   float denom = sum16(scores, n, 0);
   for (int64_t c = 0; c < d; ++c) out[c] = 0.0f;
   for (int64_t j = 0; j < n; ++j) {
@@ -306,7 +352,7 @@ static void attention_rows(const QueryRows& q, const PagedKV& kv, float* out, in
 
 static void linear_rows(const float* x, int64_t ldx, int64_t K, const Panels& w, float* acc, int64_t ldacc,
                         int64_t m0, int64_t m1, int64_t p0, int64_t p1) {
-  linear_range<RS_MR>(x, ldx, K, w, acc, ldacc, m0, m1, p0, p1);
+  linear_range(x, ldx, K, w, acc, ldacc, m0, m1, p0, p1);
 }
 
 static const KernelTable kTable = {RS_ISA_NAME, linear_rows, rms_norm_rows, softmax_rows, mean_rows,

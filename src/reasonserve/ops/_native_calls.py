@@ -61,11 +61,16 @@ class PanelCache:
 _CACHE = PanelCache()
 
 
-def matmul_2d(a: torch.Tensor, b: torch.Tensor, cache: PanelCache = _CACHE) -> torch.Tensor:
-    """``a [M, K] @ b [K, N]`` in float32; ``b`` read in place when its rows are float32 and contiguous."""
+def matmul_2d(a: torch.Tensor, b: torch.Tensor, *, weight: bool = False, cache: PanelCache = _CACHE):
+    """``a [M, K] @ b [K, N]`` in float32.
+
+    ``weight=True`` (``linear``): ``b`` is packed into panels once and the packing
+    cached — the fastest form to read. Otherwise a float32 ``b`` with contiguous rows
+    (an activation, used once) is read in place. Both give the same bits.
+    """
     ops, isa = _native.ops(), _native.selected_isa()
     a32 = _f32(a)
-    if b.dtype == torch.float32 and (b.shape[1] <= 1 or b.stride(1) == 1):
+    if not weight and b.dtype == torch.float32 and (b.shape[1] <= 1 or b.stride(1) == 1):
         return ops.matmul_rows(a32, b, isa)
     return ops.linear_packed(a32, cache.panels(b), b.shape[1], isa)
 

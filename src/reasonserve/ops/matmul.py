@@ -33,14 +33,14 @@ from reasonserve.ops._impl import resolve_impl
 __all__ = ["k_major", "linear", "linear_reference", "matmul", "matmul_reference"]
 
 
-def _mm_2d(a: torch.Tensor, b: torch.Tensor, impl: str) -> torch.Tensor:
+def _mm_2d(a: torch.Tensor, b: torch.Tensor, impl: str, *, weight: bool = False) -> torch.Tensor:
     which = resolve_impl(impl, a)
     if which == "triton":
         from reasonserve.ops.triton.matmul import matmul_triton
 
         return matmul_triton(a, b)
     if which == "native":
-        return _native_calls.matmul_2d(a, b).to(a.dtype)
+        return _native_calls.matmul_2d(a, b, weight=weight).to(a.dtype)
     if a.device.type == "cpu":
         return exact_matmul_2d(a, b)
     return tiled_matmul_2d(a, b)
@@ -168,7 +168,7 @@ def linear(
                 f"bias must have shape [{weight.shape[0]}] to match weight, got {tuple(bias.shape)}"
             )
     rows = x.reshape(math.prod(x.shape[:-1]), x.shape[-1])
-    out = _mm_2d(rows, weight.t(), impl)
+    out = _mm_2d(rows, weight.t(), impl, weight=True)
     if bias is not None:
         out = out + bias
     return out.reshape(*x.shape[:-1], weight.shape[0])
