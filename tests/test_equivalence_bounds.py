@@ -42,6 +42,13 @@ HOSTILE = {
     "equation_chain": "=".join(["x"] * 400),
     "backslashes": "\\\\" * 50_000,
     "mixed_noise": "{[(\\frac\\sqrt^_" * 5000,
+    # shapes aimed at the normalization regexes (backtracking on a failing end)
+    "conjunction_spam": "1" + " and" * 240 + " x!",
+    "text_unit_spam": "1" + "\\text{ a" * 110,
+    "approx_spam": "1\\approx" * 120,
+    "ordinal_spam": "1^{" * 330,
+    "thin_space_spam": "1,\\!" * 240,
+    "power_units": "1" + " cm^2" * 190 + "!",
 }
 
 

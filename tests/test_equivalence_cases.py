@@ -20,7 +20,6 @@ DOCUMENTED = [
     ("0,111", "0.111", "decimal comma: a comma separates list items"),
     ("$9$", "Answer $ \n 9 \n $", "last-number fallback: a bare number in prose is still an answer"),
     ("$9$", "Answer \\( \n 9 \n \\)", "last-number fallback: a bare number in prose is still an answer"),
-    ("$10/9$", "\\frac{1}{2} \\$ = \\frac{10}{9} $", "an equation between constants is not read as its last side"),
     ("is our answer.", "[Note", "no answer in the kept tail of a long output (extraction)"),
     ("$\\sqrt{50}$ and $7$.", "I hope it is correct.", "unbalanced $ inside a box (extraction)"),
     ("$1 = \\zzz = x = 0$", "$0$", "unknown command: the text is not parsed"),
@@ -54,9 +53,11 @@ def _documented(gold: str, prediction: str) -> str | None:
     return None
 
 
-def test_each_documented_difference_names_one_case():
+def test_each_documented_difference_names_one_case_that_still_differs():
     for g, p, _ in DOCUMENTED:
-        assert sum(gold.endswith(g) and pred.endswith(p) for _, gold, pred, _ in CASES) == 1, (g, p)
+        named = [(gold, pred, e) for _, gold, pred, e in CASES if gold.endswith(g) and pred.endswith(p)]
+        assert len(named) == 1, (g, p)
+        assert _grade(*named[0][:2]) != named[0][2], f"fixed: drop it from DOCUMENTED and the docs: {g!r}"
 
 
 @pytest.mark.parametrize(("category", "gold", "prediction", "expected"), CASES)

@@ -58,6 +58,8 @@ _TRAILING_TEXT_WORDS = re.compile(
 _PERCENT_WORDS = frozenset(("percent", "percentage", "pct"))
 _UNIT_POWER = re.compile(r"\^\s*\{?\s*[23]\s*\}?$")
 _THOUSANDS = re.compile(r"^-?\d{1,3}(?:,\d{3})+(?:\.\d+)?$")
+_DOUBLED_COMMAND = re.compile(r"(?<!\\)\\\\(?=[a-zA-Z])")
+_BOXED = re.compile(r"^\\(?:boxed|fbox)\s*\{(.*)\}$", re.DOTALL)
 _PLAIN_NUMBER = re.compile(r"-?[0-9]{1,300}(?:\.[0-9]{1,300})?")
 _APPROX = re.compile(r"\\approx|≈")
 
@@ -71,14 +73,20 @@ def has_percent(raw: str) -> bool:
 
 
 def halve_backslashes(s: str) -> str:
-    """``\\\\sqrt{5}`` (an escaped string) -> ``\\sqrt{5}`` when no backslash is single."""
+    """``\\\\sqrt{5}`` (an escaped string) -> ``\\sqrt{5}``.
+
+    Every run is halved when no backslash is single; else, outside matrices (where
+    ``\\\\`` is a row break), a doubled backslash before a letter is a command.
+    """
     if "\\\\" not in s:
         return s
     runs = [(m.end() - m.start(), m.end()) for m in re.finditer(r"\\+", s)]
     commands = [end < len(s) and s[end].isalpha() for _, end in runs]
-    if any(n % 2 for n, _ in runs) or not any(commands):
+    if not any(commands):
         return s
-    return s.replace("\\\\", "\\")
+    if not any(n % 2 for n, _ in runs):
+        return s.replace("\\\\", "\\")
+    return s if "\\begin" in s else _DOUBLED_COMMAND.sub(r"\\", s)
 
 
 def _unwrap_text_commands(s: str) -> str:
@@ -140,7 +148,7 @@ def normalize(answer: str) -> str:
     """A canonical string form of one answer.
 
     Unicode NFKC; escaped (doubled) backslashes halved; ``$``, ``\\(...\\)``,
-    ``\\[...\\]`` and an ``\\approx`` tail dropped; conjunctions between items
+    ``\\[...\\]``, a whole ``\\boxed{...}`` and an ``\\approx`` tail dropped; conjunctions between items
     (``6 \\text{ and } 8``) become commas; ordinal suffixes, LaTeX spacing and sizing,
     ``\\text{}``-like wrappers, degrees, ``%``, ``\\$`` and trailing unit words (with a
     power: ``cm^2``) dropped; ``\\dfrac``/``\\tfrac``/``\\cfrac`` -> ``\\frac``; ``\\le``,
@@ -156,6 +164,8 @@ def normalize(answer: str) -> str:
         return s
     s = halve_backslashes(s).strip().strip("$").strip()
     s = _MATH_DELIMITERS.sub(lambda m: m.group(1) or m.group(2) or "", s).strip()
+    boxed = _BOXED.match(s)  # a probe that wrote a whole box: \boxed{-2}
+    s = boxed.group(1).strip() if boxed and balanced_group(s, s.index("{")) == boxed.group(1) else s
     s = _approximation(s)
     s = _THIN_THOUSANDS.sub(",", s)
     s = _ORDINAL.sub(r"\1", s)

@@ -19,7 +19,7 @@ from reasonserve.certainindex._verdict import Compare, Verdict, all_equal
 _OPERATOR = re.compile(r"<=|>=|!=|<|>|=")
 # "x", "abc", "a_{37}", "(p,q)", "f(x)", "|AB|": a name whose value an answer may state
 _NAME = re.compile(
-    r"^(?:[a-zA-Z]{1,3}(?:_\{?[a-zA-Z0-9]{1,3}\}?)?|\([a-z](?:,[a-z]){1,3}\)|[a-zA-Z]\([a-z]\)|\|[A-Z]{1,3}\|)$"
+    r"^(?:[a-zA-Z]{1,3}(?:_\{?[a-zA-Z0-9]{1,6}\}?)?|\([a-z](?:,[a-z]){1,3}\)|[a-zA-Z]\([a-z]\)|\|[A-Z]{1,3}\|)$"
 )
 _FLIP = {">": "<", ">=": "<="}
 _OPEN = {"<": "(", "<=": "["}
@@ -35,9 +35,15 @@ def split_relation(s: str) -> tuple[list[str], list[str]] | None:
 
 
 def assigned_value(s: str) -> str | None:
-    """``x = 5`` -> ``5``; ``x = 2+3 = 5`` -> ``5`` (an assignment chain's last value); else None."""
+    """The value an equation states, else None.
+
+    ``x = 5`` -> ``5`` and ``x = 2+3 = 5`` -> ``5`` (a name assigned: the chain's last
+    value); ``657+64 = 721`` -> ``721`` (a computation between constants: its result).
+    """
     split = split_relation(s)
-    if split is None or any(op != "=" for op in split[1]) or not _NAME.match(split[0][0]):
+    if split is None or any(op != "=" for op in split[1]):
+        return None
+    if not (_NAME.match(split[0][0]) or all(_is_constant(part) for part in split[0])):
         return None
     if any(len(split_parts(part, ",") or ()) > 1 for part in split[0]):
         return None  # "a = 4, b = 5": a list of assignments

@@ -10,7 +10,8 @@ Cascade, after :func:`normalize_answer` on both sides (first rule that applies):
    the bases when both sides give one (the question fixes the base);
 5. matrices, lists, tuples, intervals, unions and ``\\pm`` (:mod:`._structures`);
 6. equations and inequalities (:mod:`._relations`); an assignment (``x = 5``,
-   ``abc = -120``, ``(p,q) = (3,2)``) against a plain answer compares its value;
+   ``abc = -120``, ``(p,q) = (3,2)``) or a computation between constants
+   (``657+64 = 721``) against a plain answer compares its value;
 7. numbers and expressions (:mod:`._values`): exact for rationals, rounded decimals to
    their own precision, floats with 1e-9 relative tolerance for irrational values,
    pseudo-random points for expressions with variables (``50%`` also matches ``0.5``
