@@ -186,3 +186,34 @@ def test_generated_workloads_lose_nothing_and_keep_blocks_exact(model, seed, rr,
 
     first, again = run(), run()
     assert first == again
+
+
+def test_a_policy_that_never_preempts_cannot_stall_the_engine(model):
+    """Two requests fill the cache and both need a block: the liveness rule preempts one."""
+
+    @dataclass(frozen=True)
+    class AdmitOnly:
+        name: str = "admit-only"
+
+        def decide(self, view):
+            free = view.free_blocks - sum(r.blocks_needed for r in view.running)
+            out = []
+            for r in sorted(view.waiting, key=lambda r: r.request_id):
+                if r.blocks_needed <= free and len(view.running) + len(out) < view.max_num_seqs:
+                    out.append(Admit(r.request_id))
+                    free -= r.blocks_needed
+            return out
+
+    eng = Engine(model, EngineConfig(block_size=4, num_blocks=4, mode="batch_invariant"), policy=AdmitOnly())
+    params = SamplingParams(max_tokens=7, temperature=0.0)
+    for rid in ("a", "b"):
+        eng.add_request([1, 2, 3, 4], params, request_id=rid)  # 1 block each at admission, 3 at the end
+    done, steps = [], 0
+    while eng.has_unfinished():
+        done += eng.step()
+        steps += 1
+        assert steps < 200
+        eng.check_blocks()
+    assert sorted((o.request_id, o.finish_reason, len(o.token_ids)) for o in done) == [("a", "length", 7),
+                                                                                         ("b", "length", 7)]  # fmt: skip
+    assert eng.metrics().num_preemptions > 0

@@ -117,8 +117,10 @@ class ModelRunner:
 def _sample(logits, params, seeds, positions) -> list[int | Exception]:
     """Greedy rows take ``ops.greedy`` (the bits ``ops.sample`` gives them, without drawing
     noise for the whole vocabulary); the others one ``ops.sample`` call."""
-    greedy = [i for i, p in enumerate(params) if p.temperature == 0]
     drawn = [i for i, p in enumerate(params) if p.temperature != 0]
+    if not drawn:
+        return ops.greedy(logits).tolist()
+    greedy = [i for i, p in enumerate(params) if p.temperature == 0]
     out: list[int | Exception] = [0] * len(params)
     if greedy:
         for i, token in zip(greedy, ops.greedy(logits[greedy]).tolist(), strict=True):

@@ -174,11 +174,11 @@ class Scheduler:
     def _hand_out(self, plan: Plan) -> list[tuple[Sequence, int]]:
         first = [s for s in map(self.by_id.get, plan.order) if s is not None and s.status == "running"]
         named = set(plan.order)
-        rest = [s for s in self.running if s.request_id not in named]
-        rest.sort(key=lambda s: s.num_pending > 1)  # decodes first (stable: running order)
+        rest = [(s, s.num_pending) for s in self.running if s.request_id not in named]
+        rest.sort(key=lambda item: item[1] > 1)  # decodes first (stable: running order)
         budget, out = self.config.max_num_batched_tokens, []
-        for seq in first + rest:
-            n = min(seq.num_pending, budget, plan.budgets.get(seq.request_id, budget))
+        for seq, pending in [(s, s.num_pending) for s in first] + rest:
+            n = min(pending, budget, plan.budgets.get(seq.request_id, budget))
             if n < 1:
                 continue
             if seq.num_computed + n > len(seq.block_table) * self.config.block_size:  # grow (no shared
@@ -190,7 +190,7 @@ class Scheduler:
             out.append((seq, n))
             budget -= n
         if not out and self.running and not plan.preempt:
-            blocked = [s for s in first + rest if plan.budgets.get(s.request_id, 1) > 0]
+            blocked = [s for s in first + [s for s, _ in rest] if plan.budgets.get(s.request_id, 1) > 0]
             if blocked:  # liveness: nobody could grow; free the last one's blocks
                 self.preempt(blocked[-1], self.config.preemption)
                 return self._hand_out(Plan(order=plan.order, budgets=plan.budgets))
