@@ -56,14 +56,14 @@ class ChoiceState:
         if ended_by_token and last in self._hidden:
             visible = visible[:-1]  # an eos / stop token id is not text
         piece = self.text.push(visible)
-        if self.text.stop_hit is not None:
-            self.finish_reason, self.stop_reason = "stop", self.text.stop_hit
-            return piece
-        self.finish_reason = out.finish_reason
-        if ended_by_token and last != self._eos:
-            self.stop_reason = last
+        piece += self.text.finish() if self.text.stop_hit is None else ""
         self.ttfat_s = out.metrics.ttfat_s
-        return piece + self.text.finish()
+        if self.text.stop_hit is not None:  # also when the flushed tail held the stop string
+            self.finish_reason, self.stop_reason = "stop", self.text.stop_hit
+        else:
+            self.finish_reason = out.finish_reason
+            self.stop_reason = last if ended_by_token and last != self._eos else None
+        return piece
 
 
 class Generation:
