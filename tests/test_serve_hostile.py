@@ -202,10 +202,16 @@ def test_non_streaming_requests_are_aborted_when_the_client_leaves(live):
 
 
 def test_finished_requests_are_released(live):
-    for _ in range(5):
-        assert_still_serves(live)
+    from reasonserve.core.errors import UnknownRequestError
+
+    for i in range(5):
+        r = post(live, {"prompt": [1, 2], "max_tokens": 2, "request_id": f"released-{i}"})
+        assert r.status_code == 200
     assert live.runner.num_live == 0
-    assert not getattr(live.runner.engine, "finished", {})  # nothing kept once delivered
+    for i in range(5):  # the engine keeps nothing of a delivered request
+        with pytest.raises(UnknownRequestError):
+            live.runner.engine.verified_tokens(f"cmpl-released-{i}-0")
+    assert post(live, {"prompt": [1], "max_tokens": 1, "request_id": "released-0"}).status_code == 200  # id reusable
 
 
 def _metric(live, name: str) -> float:
