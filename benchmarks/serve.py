@@ -12,12 +12,12 @@ medians over repeats.
 Reported per C: output tok/s of server and engine; overhead per token, as wall-clock
 (engine tok/s / server tok/s - 1) and as CPU time (server process CPU per token, all
 threads, from /proc, / baseline CPU per token - 1; on a shared machine the CPU measure
-is the steadier one); TTFT p50/p99 (client side, to the first chunk with a token); and
-``/health`` latency p50/p99. Goals (issue 13): ``/health`` p99 <= 50 ms and overhead
-<= 15% at 32 streams. The clients share the machine with the server, so wall-clock
-server numbers include their CPU cost. Torch runs ``--torch-threads`` (default 1)
-intra-op threads in both: on a small shared machine, OpenMP threads that spin against
-other load make either side erratic.
+is the steadier one); the clients' own CPU per token; TTFT p50/p99 (client side, to
+the first chunk with a token); ``/health`` latency p50/p99. Goals (issue 13):
+``/health`` p99 <= 50 ms and overhead <= 15% at 32 streams. The clients share the
+machine with the server, so wall-clock server numbers include their CPU cost. Torch
+runs ``--torch-threads`` (default 1) intra-op threads in both: on a small shared
+machine, OpenMP threads that spin against other load make either side erratic.
 """
 
 from __future__ import annotations
@@ -123,13 +123,15 @@ async def _server_run(url: str, clients: int, duration_s: float, seed: int, pid:
                     health.append(time.perf_counter() - t)
                     await asyncio.sleep(0.05)
 
-        start, server_cpu = time.perf_counter(), _cpu_s(pid)
+        start, server_cpu, client_cpu = time.perf_counter(), _cpu_s(pid), time.process_time()
         results = await asyncio.gather(*(worker(i) for i in range(clients)), prober())
         elapsed, server_cpu = time.perf_counter() - start, _cpu_s(pid) - server_cpu
-    tokens = sum(results[:-1])
+        client_cpu = time.process_time() - client_cpu
+    tokens = max(sum(results[:-1]), 1)
     return {
         "tok_s": tokens / elapsed,
-        "cpu_us_per_token": 1e6 * server_cpu / max(tokens, 1),
+        "cpu_us_per_token": 1e6 * server_cpu / tokens,
+        "client_cpu_us_per_token": 1e6 * client_cpu / tokens,
         "ttft": ttfts,
         "health": health,
     }
@@ -235,6 +237,7 @@ def _row(clients: int, baseline: list[dict], server: list[dict]) -> dict:
         "server_cpu_us_per_token": round(server_cpu),
         "engine_cpu_us_per_token": round(engine_cpu),
         "cpu_overhead_pct": round(100 * (server_cpu / engine_cpu - 1), 1),
+        "client_cpu_us_per_token": round(statistics.median(s["client_cpu_us_per_token"] for s in server)),
         "ttft_p50_ms": round(1000 * _pct(ttft, 0.5), 1),
         "ttft_p99_ms": round(1000 * _pct(ttft, 0.99), 1),
         "health_p50_ms": round(1000 * _pct(health, 0.5), 1),
@@ -254,6 +257,7 @@ def _cpu_model() -> str:
 _COLUMNS = (("clients", "clients"), ("server tok/s", "server_tok_s"), ("engine tok/s", "engine_tok_s"),
             ("wall overhead %", "wall_overhead_pct"), ("server CPU us/token", "server_cpu_us_per_token"),
             ("engine CPU us/token", "engine_cpu_us_per_token"), ("CPU overhead %", "cpu_overhead_pct"),
+            ("client CPU us/token", "client_cpu_us_per_token"),
             ("TTFT p50 ms", "ttft_p50_ms"), ("TTFT p99 ms", "ttft_p99_ms"),
             ("/health p50 ms", "health_p50_ms"), ("/health p99 ms", "health_p99_ms"))  # fmt: skip
 
