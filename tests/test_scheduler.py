@@ -217,3 +217,30 @@ def test_a_policy_that_never_preempts_cannot_stall_the_engine(model):
     assert sorted((o.request_id, o.finish_reason, len(o.token_ids)) for o in done) == [("a", "length", 7),
                                                                                          ("b", "length", 7)]  # fmt: skip
     assert eng.metrics().num_preemptions > 0
+
+
+def test_views_carry_programs_prefix_hashes_blocks_and_quantum(model):
+    seen = []
+
+    @dataclass
+    class Recorder:
+        name: str = "recorder"
+
+        def decide(self, view):
+            seen.append(view)
+            return FCFSPolicy().decide(view)
+
+    eng = Engine(model, EngineConfig(block_size=4, num_blocks=64), policy=Recorder())
+    shared = list(range(1, 9))  # two full 4-token blocks
+    eng.add_request([*shared, 50], SamplingParams(max_tokens=4), request_id="a", program_id="sc-1")
+    eng.add_request([*shared, 60], SamplingParams(max_tokens=4), request_id="b", program_id="sc-1")
+    eng.add_request([7, 7], SamplingParams(max_tokens=4, priority=3), request_id="c")
+    eng.step()
+    eng.step()
+    view = seen[-1]
+    assert [(p.program_id, p.request_ids) for p in view.programs] == [("sc-1", ("a", "b"))]
+    by_id = {r.request_id: r for r in view.running}
+    assert by_id["a"].prefix_hashes == by_id["b"].prefix_hashes and len(by_id["a"].prefix_hashes) == 2
+    assert by_id["c"].prefix_hashes == () and by_id["c"].priority == 3
+    assert by_id["a"].quantum_used == 9 and by_id["a"].num_blocks == 3 and by_id["a"].program_id == "sc-1"
+    assert view.total_blocks == 64 and view.free_blocks == 64 - 3 - 3 - 1

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from reasonserve.core.policy import check_policy, policy_name
-from reasonserve.core.views import RequestView, SchedulerView
+from reasonserve.core.views import ProgramView, RequestView, SchedulerView
 from reasonserve.engine.block_manager import BlockManager, OutOfBlocks
 from reasonserve.engine.decision_check import Plan, check_decisions
 from reasonserve.engine.engine_config import EngineConfig
@@ -121,7 +121,18 @@ class Scheduler:
             cfg.num_blocks,
             cfg.max_num_batched_tokens,
             self.steps,
+            self._programs(),
         )
+
+    def _programs(self) -> tuple[ProgramView, ...]:
+        """Live requests grouped by ``program_id`` (ids sorted; programs by first arrival)."""
+        members: dict[str, list[Sequence]] = {}
+        for seq in self.by_id.values():
+            if seq.program_id is not None:
+                members.setdefault(seq.program_id, []).append(seq)
+        views = [ProgramView(pid, tuple(sorted(s.request_id for s in seqs)), min(s.arrival_s for s in seqs))
+                 for pid, seqs in members.items()]  # fmt: skip
+        return tuple(sorted(views, key=lambda p: (p.arrival_s, p.program_id)))
 
     # one step ------------------------------------------------------------------------
     def schedule(self) -> tuple[list[tuple[Sequence, int]], list[tuple[Sequence, str]]]:
