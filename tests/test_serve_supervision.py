@@ -123,15 +123,15 @@ def test_requests_that_can_never_fit_are_400_and_cache_pressure_never_spins(tmp_
         assert wait_until(lambda: live.runner.snapshot.kv_blocks_used == 0, timeout_s=5)
 
 
-def _serve_process(tmp_path, code: str) -> tuple[subprocess.Popen, str]:
+def _serve_process(tmp_path, code: str, drain_timeout_s: float = 2) -> tuple[subprocess.Popen, str]:
     model = make_tiny_checkpoint(tmp_path / "m")
     import socket
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    argv = ["serve", "--model", str(model), "--port", str(port), "--num-blocks", "64", "--block-size", "4",
-            "--drain-timeout-s", "2"]  # fmt: skip
+    argv = ["serve", "--model", str(model), "--port", str(port), "--num-blocks", "1024", "--block-size", "4",
+            "--drain-timeout-s", str(drain_timeout_s)]  # fmt: skip
     script = code + f"\nfrom reasonserve.cli import main\nsys.exit(main({argv!r}))\n"
     proc = subprocess.Popen([sys.executable, "-c", "import sys\n" + script], stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL, env={**os.environ, "PYTHONUNBUFFERED": "1"})  # fmt: skip
@@ -147,16 +147,34 @@ def _health(url: str) -> int | None:
         return None
 
 
+def _queued(url: str) -> float:
+    text = httpx.get(url + "/metrics", timeout=TIMEOUT_S).text
+    return float(
+        next(x for x in text.splitlines() if x.startswith("reasonserve:num_requests_queued ")).split()[-1]
+    )
+
+
 def test_sigterm_drains_and_exits_zero_in_bounded_time(tmp_path):
-    proc, url = _serve_process(tmp_path, "")
+    proc, url = _serve_process(tmp_path, "", drain_timeout_s=6)
     try:
+        short: list = []
         body = {"prompt": [1, 2], "max_tokens": 2000 - 3, "stream": True}
         with httpx.stream("POST", url + "/v1/completions", json=body, timeout=TIMEOUT_S) as r:
-            next(r.iter_lines())  # a stream is in flight
+            assert r.status_code == 200
+            lines = r.iter_lines()  # kept: a dropped iterator would close the response
+            next(lines)  # a long stream is in flight
+            worker = threading.Thread(
+                target=lambda: short.append(_post(url, {"prompt": [3], "max_tokens": 100}))
+            )
+            worker.start()
+            assert wait_until(lambda: _queued(url) == 2, timeout_s=10)
             start = time.monotonic()
             proc.send_signal(signal.SIGTERM)
             assert proc.wait(timeout=20) == 0
-        assert time.monotonic() - start < 15  # drain_timeout_s is 2
+        assert time.monotonic() - start < 15  # drain_timeout_s is 6
+        worker.join(TIMEOUT_S)
+        assert short[0].status_code == 200  # a request in flight at SIGTERM finished during the drain
+        assert short[0].json()["usage"]["completion_tokens"] == 100
     finally:
         proc.kill()
 
