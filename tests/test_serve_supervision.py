@@ -22,11 +22,19 @@ from reasonserve.serve.config import ServeConfig  # noqa: E402
 
 
 class FlakyEngine(Engine):
-    """``step()`` raises while ``fail_steps`` > 0; ``abort()`` raises too when ``broken``."""
+    """``step()`` raises while ``fail_steps`` > 0; ``abort()`` raises too when ``broken``;
+    ``add_request()`` raises a TypeError (an engine bug) while ``fail_adds`` > 0."""
 
     fail_steps = 0
+    fail_adds = 0
     broken = False
     step_sleep_s = 0.0
+
+    def add_request(self, prompt, params=None, request_id=None):
+        if self.fail_adds > 0:
+            self.fail_adds -= 1
+            raise TypeError("injected failure inside add_request()")
+        return super().add_request(prompt, params, request_id)
 
     def step(self):
         time.sleep(self.step_sleep_s)  # a slow step, for the event-loop test
@@ -55,6 +63,16 @@ def test_an_engine_exception_fails_that_request_and_the_loop_keeps_serving(tmp_p
         ok = _post(live.url, {"prompt": [1, 2], "max_tokens": 4}, timeout=10)
         assert ok.status_code == 200 and ok.json()["choices"][0]["finish_reason"] == "length"
         assert live.runner.alive and live.exits == []
+
+
+def test_an_engine_bug_in_add_request_fails_that_request_only(tmp_path):
+    engine = tiny_engine(tmp_path, engine_cls=FlakyEngine)
+    with live_server(engine) as live:
+        engine.fail_adds = 1
+        r = _post(live.url, {"prompt": [1, 2], "max_tokens": 4}, timeout=10)
+        assert r.status_code == 500 and "TypeError" in r.json()["error"]["message"]
+        assert _post(live.url, {"prompt": [1, 2], "max_tokens": 4}, timeout=10).status_code == 200
+        assert live.runner.alive and live.runner.num_live == 0
 
 
 def test_a_stream_gets_the_engine_error_as_an_event(tmp_path):

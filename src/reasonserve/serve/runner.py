@@ -157,6 +157,13 @@ class EngineRunner:
             self._forget(None)
             add.future.set_exception(ApiError(400, str(err)))
             return
+        except Exception as err:  # an engine bug: this request fails, the loop goes on
+            _log.exception("engine.add_request() raised")
+            self._forget(None)
+            add.future.set_exception(
+                ApiError(500, f"the engine failed to accept the request: {type(err).__name__}")
+            )
+            return
         self._live[add.request_id] = add.live
         add.future.set_result(None)
 
