@@ -81,7 +81,7 @@ def tokens(text: str) -> list[tuple[str, str]]:
         m = _TOKEN.match(text, pos)
         if m is None:
             raise ExprError(f"unexpected character {text[pos]!r}")
-        kind = m.lastgroup
+        kind = m.lastgroup or ""
         if kind == "word":
             out.extend(_word_tokens(m.group(kind)))
         elif kind == "cmd" and m.group(kind) not in _KNOWN_COMMANDS:

@@ -61,11 +61,11 @@ def _boxes_from(text: str, start: int) -> list[tuple[int, int]]:
         if token == "{":
             stack.append(None)
         elif token == "}":
-            start = stack.pop() if stack else None
-            if start is not None:
-                while boxes and boxes[-1][0] >= start:
+            opened = stack.pop() if stack else None
+            if opened is not None:
+                while boxes and boxes[-1][0] >= opened:
                     boxes.pop()  # boxes nested inside this one
-                boxes.append((start, m.start()))
+                boxes.append((opened, m.start()))
         elif token.endswith("{"):
             stack.append(m.end())
         else:  # "\boxed 5": one bare token

@@ -12,6 +12,7 @@ Exact values are :class:`fractions.Fraction`: integers and rationals compare exa
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from fractions import Fraction
 
 from reasonserve.certainindex._mathexpr import Node
@@ -20,7 +21,7 @@ MAX_BITS = 8192
 MAX_FACTORIAL = 1000
 _FLOAT_LIMIT = 1e300
 
-_FLOAT_FUNCS = {
+_FLOAT_FUNCS: dict[str, Callable[[float], float]] = {
     "sin": math.sin, "cos": math.cos, "tan": math.tan, "arcsin": math.asin, "arccos": math.acos,
     "arctan": math.atan, "sinh": math.sinh, "cosh": math.cosh, "tanh": math.tanh, "ln": math.log,
     "log": math.log10, "exp": math.exp, "sqrt": math.sqrt, "abs": abs,
@@ -50,8 +51,9 @@ def exact(t: Node) -> Fraction | None:
         return Fraction(t.text)
     if op in ("var", "const"):
         return None
-    args = [exact(a) for a in t.args]
-    if any(a is None for a in args):
+    maybe = [exact(a) for a in t.args]
+    args = [a for a in maybe if a is not None]
+    if len(args) != len(maybe):
         return None
     if op == "neg":
         return -args[0]

@@ -17,9 +17,9 @@ from reasonserve.certainindex._values import parsed, proportional
 from reasonserve.certainindex._verdict import Compare, Verdict, all_equal
 
 _OPERATOR = re.compile(r"<=|>=|!=|<|>|=")
-# "x", "abc", "a_{37}", "(p,q)", "f(x)", "|AB|": a name whose value an answer may state
+# "x", "abc", "a_{37}", "(p,q)", "f(x)", "P(4)", "|AB|": a name whose value an answer may state
 _NAME = re.compile(
-    r"^(?:[a-zA-Z]{1,3}(?:_\{?[a-zA-Z0-9]{1,6}\}?)?|\([a-z](?:,[a-z]){1,3}\)|[a-zA-Z]\([a-z]\)|\|[A-Z]{1,3}\|)$"
+    r"^(?:[a-zA-Z]{1,3}(?:_\{?[a-zA-Z0-9]{1,6}\}?)?|\([a-z](?:,[a-z]){1,3}\)|[a-zA-Z]\(-?[a-z0-9]{1,4}\)|\|[A-Z]{1,3}\|)$"
 )
 _FLIP = {">": "<", ">=": "<="}
 _OPEN = {"<": "(", "<=": "["}

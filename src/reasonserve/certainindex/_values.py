@@ -72,10 +72,8 @@ def _compare_constants(ta: mx.Node, tb: mx.Node, percent: bool) -> Verdict:
 
 def _rounding_places(da: int | None, db: int | None) -> int | None:
     """The stated precision when exactly one side is a rounded decimal literal."""
-    if (da is None) == (db is None):
-        return None
-    places = da if da is not None else db
-    return places if places >= ROUNDED_MIN_PLACES else None
+    places = da if db is None else db if da is None else None
+    return places if places is not None and places >= ROUNDED_MIN_PLACES else None
 
 
 def _same_number(a: Fraction | float, b: Fraction | float, places: int | None) -> bool:
