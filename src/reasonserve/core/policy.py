@@ -28,10 +28,10 @@ def policy_name(policy: object) -> str:
     return str(getattr(policy, "name", type(policy).__name__))
 
 
-def check_policy(policy: object) -> object:
+def check_policy(policy: object) -> SchedulingPolicy:
     """The policy itself, or :class:`PolicyError` if it has no callable ``decide``."""
     if not callable(getattr(policy, "decide", None)):
         raise PolicyError(
             f"policy {policy_name(policy)!r} ({type(policy).__name__}) has no decide(view) method"
         )
-    return policy
+    return policy  # type: ignore[return-value]  # decide() checked above

@@ -276,11 +276,11 @@ class Engine:
         params: SamplingParams | Sequence[SamplingParams] | None = None,
     ) -> list[RequestOutput]:
         """Run prompts to completion; outputs in prompt order."""
-        per = list(params) if isinstance(params, (list, tuple)) else [params] * len(prompts)
+        per: list = list(params) if isinstance(params, (list, tuple)) else [params] * len(prompts)
         if len(per) != len(prompts):
             raise InvalidArgumentError(f"got {len(per)} SamplingParams for {len(prompts)} prompts")
         ids = [self.add_request(p, sp) for p, sp in zip(prompts, per, strict=True)]
-        wanted, done = set(ids), {}
+        wanted, done = set(ids), dict[str, RequestOutput]()
         while wanted - done.keys():
             done |= {o.request_id: o for o in self.step() if o.request_id in wanted}
         return [done[i] for i in ids]
