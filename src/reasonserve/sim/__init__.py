@@ -1,0 +1,30 @@
+"""A seeded discrete-event simulator of N serving instances with a roofline cost model,
+running the same policy objects as the embedded engine."""
+
+from reasonserve.sim.config import SimConfig
+from reasonserve.sim.cost_model import RooflineCostModel
+from reasonserve.sim.hardware import HARDWARE, HardwareSpec
+from reasonserve.sim.metrics import percentile, request_metrics, summarize, tail_ttft_by_bin
+from reasonserve.sim.model_spec import MODELS, ModelSpec
+from reasonserve.sim.simulator import SimResult, simulate
+from reasonserve.sim.traces import load_lengths
+from reasonserve.sim.workload import LengthTable, SimRequest, poisson_workload
+
+__all__ = [
+    "HARDWARE",
+    "MODELS",
+    "HardwareSpec",
+    "LengthTable",
+    "ModelSpec",
+    "RooflineCostModel",
+    "SimConfig",
+    "SimRequest",
+    "SimResult",
+    "load_lengths",
+    "percentile",
+    "poisson_workload",
+    "request_metrics",
+    "simulate",
+    "summarize",
+    "tail_ttft_by_bin",
+]

@@ -1,0 +1,74 @@
+"""Simulator configuration, validated at construction."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from reasonserve.core.errors import InvalidArgumentError
+from reasonserve.sim.cost_model import RooflineCostModel
+from reasonserve.sim.hardware import HARDWARE
+from reasonserve.sim.model_spec import MODELS
+
+__all__ = ["SimConfig"]
+
+
+def _positive_int(name: str, value: object, low: int = 1) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value < low:
+        raise InvalidArgumentError(f"SimConfig.{name} must be an int >= {low}, got {value!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class SimConfig:
+    """N identical instances of ``model`` on ``hardware``. ``kv_capacity_tokens=None``
+    derives each instance's KV capacity from the memory left beside the weights at
+    ``gpu_memory_utilization`` (vLLM's default 0.9). SLO targets are PASCAL's."""
+
+    num_instances: int = 8
+    hardware: str = "h100"
+    model: str = "qwen2.5-32b"
+    block_size: int = 16
+    max_num_seqs: int = 256
+    max_num_batched_tokens: int = 8192
+    kv_capacity_tokens: int | None = None
+    gpu_memory_utilization: float = 0.9
+    preemption: str = "swap"  # the host's mode for Preempt(mode=None)
+    tpot_slo_s: float = 0.1
+    ttfat_slo_s: float = 0.25
+    qoe_slo: float = 0.95
+    max_sim_s: float = 1e7  # a guard against a policy that never lets work finish
+
+    def __post_init__(self) -> None:
+        _positive_int("num_instances", self.num_instances)
+        for name in ("block_size", "max_num_seqs", "max_num_batched_tokens"):
+            _positive_int(name, getattr(self, name))
+        if self.hardware not in HARDWARE:
+            raise InvalidArgumentError(
+                f"SimConfig.hardware must be one of {sorted(HARDWARE)}, got {self.hardware!r}"
+            )
+        if self.model not in MODELS:
+            raise InvalidArgumentError(f"SimConfig.model must be one of {sorted(MODELS)}, got {self.model!r}")
+        if self.kv_capacity_tokens is not None:
+            _positive_int("kv_capacity_tokens", self.kv_capacity_tokens, self.block_size)
+        if not 0 < self.gpu_memory_utilization <= 1:
+            raise InvalidArgumentError(
+                f"SimConfig.gpu_memory_utilization must be in (0, 1], got {self.gpu_memory_utilization!r}"
+            )
+        if self.preemption not in ("recompute", "swap"):
+            raise InvalidArgumentError(
+                f"SimConfig.preemption must be 'recompute' or 'swap', got {self.preemption!r}"
+            )
+        for name in ("tpot_slo_s", "ttfat_slo_s", "qoe_slo", "max_sim_s"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+                raise InvalidArgumentError(f"SimConfig.{name} must be a number > 0, got {value!r}")
+        self.num_blocks  # noqa: B018 - raises if the model does not fit
+
+    def cost_model(self) -> RooflineCostModel:
+        return RooflineCostModel(HARDWARE[self.hardware], MODELS[self.model])
+
+    @property
+    def num_blocks(self) -> int:
+        tokens = self.kv_capacity_tokens
+        if tokens is None:
+            tokens = self.cost_model().kv_capacity_tokens(self.gpu_memory_utilization)
+        return tokens // self.block_size

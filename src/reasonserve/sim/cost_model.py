@@ -1,0 +1,69 @@
+"""Roofline cost of one engine step: max(compute time, memory time) + a fixed overhead.
+
+A step runs some prefill chunks and some decodes together. FLOPs: ``2 * params`` per
+token computed plus attention ``4 * layers * hidden * context`` per token (QK^T and AV).
+Bytes: the weights once per step, the KV read by every token's attention (each sequence
+reads its context once per step) and the KV written. Efficiencies and the overhead are
+fixed constants (below), not fitted to any paper: ``compute_efficiency=0.6`` and
+``bandwidth_efficiency=0.8`` are typical achieved fractions of peak for large GEMMs and
+streaming reads, ``step_overhead_s=0.002`` covers scheduling and launches.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from reasonserve.core.errors import InvalidArgumentError
+from reasonserve.sim.hardware import HardwareSpec
+from reasonserve.sim.model_spec import ModelSpec
+
+__all__ = ["RooflineCostModel"]
+
+
+@dataclass(frozen=True, slots=True)
+class RooflineCostModel:
+    hardware: HardwareSpec
+    model: ModelSpec
+    compute_efficiency: float = 0.6
+    bandwidth_efficiency: float = 0.8
+    step_overhead_s: float = 0.002
+
+    def __post_init__(self) -> None:
+        for fname in ("compute_efficiency", "bandwidth_efficiency"):
+            value = getattr(self, fname)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
+                raise InvalidArgumentError(f"{fname} must be in (0, 1], got {value!r}")
+        if not isinstance(self.step_overhead_s, (int, float)) or self.step_overhead_s < 0:
+            raise InvalidArgumentError(f"step_overhead_s must be >= 0, got {self.step_overhead_s!r}")
+
+    def step_s(self, chunks: Sequence[tuple[int, int]]) -> float:
+        """Seconds for one step; ``chunks``: (tokens computed, context before them) per sequence
+        (a decode is ``(1, context)``). An empty step costs nothing."""
+        if not chunks:
+            return 0.0
+        m = self.model
+        attn = 4 * m.num_layers * m.hidden_size
+        kv = m.kv_bytes_per_token
+        flops = bytes_ = 0.0
+        for tokens, context in chunks:
+            flops += 2 * m.num_params * tokens + attn * tokens * (context + tokens / 2)
+            bytes_ += kv * (context + tokens)
+        bytes_ += m.weight_bytes
+        compute = flops / (self.hardware.peak_flops * self.compute_efficiency)
+        memory = bytes_ / (self.hardware.memory_bandwidth_bytes_s * self.bandwidth_efficiency)
+        return max(compute, memory) + self.step_overhead_s
+
+    def swap_s(self, num_tokens: int) -> float:
+        """Copying ``num_tokens`` tokens of KV over the host link (one direction)."""
+        return num_tokens * self.model.kv_bytes_per_token / self.hardware.host_link_bytes_s
+
+    def kv_capacity_tokens(self, gpu_memory_utilization: float = 0.9) -> int:
+        """Tokens of KV that fit beside the weights (vLLM's default utilization 0.9)."""
+        free = self.hardware.memory_bytes * gpu_memory_utilization - self.model.weight_bytes
+        if free <= 0:
+            raise InvalidArgumentError(
+                f"model {self.model.name} ({self.model.weight_bytes / 1e9:.1f} GB) does not fit on "
+                f"{self.hardware.name} at utilization {gpu_memory_utilization}"
+            )
+        return int(free // self.model.kv_bytes_per_token)

@@ -1,0 +1,179 @@
+"""One simulated serving instance: queues, KV blocks, a policy object's decisions, and the
+cost of each step. It mirrors the embedded engine's scheduler contract (views, all-or-
+none validation, preemption modes, token hand-out in the policy's order, decodes first)
+so the same policy objects run on both."""
+
+from __future__ import annotations
+
+from reasonserve.core.errors import PolicyError
+from reasonserve.core.phase import Phase
+from reasonserve.core.policy import check_policy, policy_name
+from reasonserve.core.views import RequestView, SchedulerView
+from reasonserve.policies.pacer import TokenPacer
+from reasonserve.policies.router import InstanceLoad
+from reasonserve.sim.config import SimConfig
+from reasonserve.sim.cost_model import RooflineCostModel
+from reasonserve.sim.plan import SimPlan, check_plan
+from reasonserve.sim.sequence import SimSequence
+from reasonserve.sim.workload import SimRequest
+
+__all__ = ["SimInstance"]
+
+
+class SimInstance:
+    def __init__(self, instance_id: str, config: SimConfig, cost: RooflineCostModel, policy: object) -> None:
+        self.instance_id, self.config, self.cost = instance_id, config, cost
+        self.policy, self.policy_name = check_policy(policy), policy_name(policy)
+        self.total_blocks = self.free_blocks = config.num_blocks
+        self.host_blocks = 0  # blocks' worth of KV swapped out to host memory
+        self.waiting: list[SimSequence] = []
+        self.running: list[SimSequence] = []
+        self.by_id: dict[str, SimSequence] = {}
+        self.finished: list[SimSequence] = []
+        self.steps = 0
+
+    def blocks_for(self, tokens: int) -> int:
+        return -(-tokens // self.config.block_size)
+
+    def add(self, req: SimRequest, now_s: float) -> None:
+        seq = SimSequence(req, now_s)
+        self.waiting.append(seq)
+        self.by_id[req.request_id] = seq
+
+    @property
+    def has_work(self) -> bool:
+        return bool(self.waiting or self.running)
+
+    # views -----------------------------------------------------------------------------
+    def request_view(self, s: SimSequence) -> RequestView:
+        running = s.status == "running"
+        need = self.blocks_for(s.num_tokens) - s.num_blocks if running else self.admission_blocks(s)
+        r = s.req
+        quantum = s.quantum_used if running else 0
+        return RequestView(r.request_id, r.arrival_s, s.phase, r.prompt_tokens, s.num_computed, s.num_output,
+                           0, s.num_blocks, max(0, need), s.enqueued_s, quantum, r.output_tokens,
+                           r.program_id, (), False, s.swapped)  # fmt: skip
+
+    def admission_blocks(self, s: SimSequence) -> int:
+        return self.blocks_for(s.num_computed if s.swapped else s.num_tokens)
+
+    def view(self, now_s: float) -> SchedulerView:
+        c = self.config
+        return SchedulerView(now_s, tuple(map(self.request_view, self.waiting)),
+                             tuple(map(self.request_view, self.running)), self.free_blocks, c.block_size,
+                             c.max_num_seqs, self.total_blocks, c.max_num_batched_tokens, self.steps,
+                             instance_id=self.instance_id)  # fmt: skip
+
+    def load(self, now_s: float, pacer: TokenPacer) -> InstanceLoad:
+        live = self.running + self.waiting
+        behind = any(
+            pacer.behind(s.answer_times[0], len(s.answer_times), now_s) for s in live if s.answer_times
+        )
+        reasoning = sum(1 for s in live if s.phase in (Phase.PREFILL, Phase.REASONING))
+        fresh = sum(1 for s in self.running if s.phase is Phase.ANSWERING and s.quantum_used == 0)
+        fresh += sum(1 for s in self.waiting if s.phase is Phase.ANSWERING)
+        used = self.total_blocks - self.free_blocks
+        return InstanceLoad(self.instance_id, used + self.host_blocks, not behind, reasoning, fresh)
+
+    # one step --------------------------------------------------------------------------
+    def step(self, now_s: float) -> float:
+        """Decide, apply, run one step; returns its duration (0.0 when nothing ran)."""
+        plan = check_plan(self.policy.decide(self.view(now_s)), self, self.policy_name)
+        extra_s = self._apply(plan, now_s)
+        self.steps += 1
+        work = self._hand_out(plan)
+        if not work and self.running and not plan.preempt:  # liveness, as in the engine
+            self._preempt(self.running[-1], self.config.preemption, now_s)
+            work = self._hand_out(plan)
+        if not work:
+            return extra_s
+        duration = extra_s + self.cost.step_s([(n, s.num_computed) for s, n in work])
+        self._complete(work, now_s + duration)
+        return duration
+
+    def _apply(self, plan: SimPlan, now_s: float) -> float:
+        extra_s = 0.0
+        for rid, reason in plan.finish.items():
+            self._finish(self.by_id[rid], reason, now_s)
+        for rid, mode in plan.preempt.items():
+            extra_s += self._preempt(self.by_id[rid], mode or self.config.preemption, now_s)
+        for seq in plan.admit:
+            extra_s += self._admit(seq)
+        return extra_s
+
+    def _admit(self, s: SimSequence) -> float:
+        blocks = self.admission_blocks(s)
+        cost = 0.0
+        if s.swapped:
+            cost, s.swapped = self.cost.swap_s(s.num_computed), False
+            self.host_blocks -= blocks
+        self.free_blocks -= blocks
+        s.num_blocks, s.quantum_used, s.status = blocks, 0, "running"
+        self.waiting.remove(s)
+        self.running.append(s)
+        return cost
+
+    def _preempt(self, s: SimSequence, mode: str, now_s: float) -> float:
+        cost = 0.0
+        if mode == "swap" and s.num_computed:
+            cost, s.swapped = self.cost.swap_s(s.num_computed), True
+            self.host_blocks += self.blocks_for(s.num_computed)
+            s.num_swaps += 1
+        else:
+            s.num_computed = 0
+        self.free_blocks += s.num_blocks
+        s.num_blocks, s.status, s.enqueued_s = 0, "waiting", now_s
+        s.num_preemptions += 1
+        self.running.remove(s)
+        self.waiting.append(s)
+        return cost
+
+    def _hand_out(self, plan: SimPlan) -> list[tuple[SimSequence, int]]:
+        first = [self.by_id[rid] for rid in plan.order if self.by_id[rid].status == "running"]
+        named = set(plan.order)
+        rest = [s for s in self.running if s.request_id not in named]
+        rest.sort(key=lambda s: s.num_tokens - s.num_computed > 1)  # decodes first (stable)
+        budget, out = self.config.max_num_batched_tokens, []
+        for s in first + rest:
+            n = min(s.num_tokens - s.num_computed, budget, plan.budgets.get(s.request_id, budget))
+            if n < 1:
+                continue
+            grow = self.blocks_for(s.num_computed + n) - s.num_blocks
+            if grow > self.free_blocks:
+                continue
+            if grow > 0:
+                self.free_blocks -= grow
+                s.num_blocks += grow
+            out.append((s, n))
+            budget -= n
+        return out
+
+    def _complete(self, work: list[tuple[SimSequence, int]], end_s: float) -> None:
+        for s, n in work:
+            s.num_computed += n
+            s.quantum_used += n
+            if s.num_computed == s.num_tokens and s.emit(end_s):
+                self._finish(s, "length", end_s)
+
+    def _finish(self, s: SimSequence, reason: str, now_s: float) -> None:
+        if s.status == "running":
+            self.free_blocks += s.num_blocks
+            self.running.remove(s)
+        else:
+            if s.swapped:
+                self.host_blocks -= self.blocks_for(s.num_computed)
+            self.waiting.remove(s)
+        s.num_blocks, s.status, s.finish_reason, s.finished_s = 0, "finished", reason, now_s
+        del self.by_id[s.request_id]
+        self.finished.append(s)
+
+    def check_blocks(self) -> None:
+        """KV accounting: never negative, never over capacity, held blocks add up."""
+        held = sum(s.num_blocks for s in self.running)
+        if not (0 <= self.free_blocks <= self.total_blocks and held + self.free_blocks == self.total_blocks):
+            raise PolicyError(
+                f"instance {self.instance_id}: KV accounting broken "
+                f"(free {self.free_blocks}, held {held}, total {self.total_blocks})"
+            )
+        if self.host_blocks < 0:
+            raise PolicyError(f"instance {self.instance_id}: negative host KV ({self.host_blocks})")

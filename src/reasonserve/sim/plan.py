@@ -1,0 +1,87 @@
+"""Validation of a policy's decisions in the simulator (same contract as the engine's
+``decision_check``: every decision refers to a live request in the right queue, none
+moves a request twice, and admissions plus the growth of the requests that keep running
+fit the free blocks plus what preemptions release; otherwise :class:`PolicyError` and
+nothing is applied)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from reasonserve.core.decisions import PREEMPT_MODES, Abort, Admit, Migrate, Order, Preempt, Stop, TokenBudget
+from reasonserve.core.errors import PolicyError
+
+__all__ = ["SimPlan", "check_plan"]
+
+
+@dataclass
+class SimPlan:
+    admit: list = field(default_factory=list)
+    preempt: dict[str, str | None] = field(default_factory=dict)
+    finish: dict[str, str] = field(default_factory=dict)  # id -> "stop" | "abort"
+    order: tuple[str, ...] = ()
+    budgets: dict[str, int] = field(default_factory=dict)
+
+    def moved(self, rid: str) -> bool:
+        return rid in self.preempt or rid in self.finish or any(s.request_id == rid for s in self.admit)
+
+
+def check_plan(decisions: Iterable, inst, name: str) -> SimPlan:
+    plan = SimPlan()
+
+    def bad(d, why: str) -> PolicyError:
+        return PolicyError(f"policy {name!r}: decision {d!r} {why}; no decision was applied")
+
+    def live(d, want: str):
+        seq = inst.by_id.get(d.request_id)
+        if seq is None or seq.status != want:
+            raise bad(d, f"needs a {want} request")
+        if plan.moved(d.request_id):
+            raise bad(d, "names a request another decision already moves")
+        return seq
+
+    for d in decisions:
+        if isinstance(d, Admit):
+            plan.admit.append(live(d, "waiting"))
+        elif isinstance(d, Preempt):
+            live(d, "running")
+            if d.mode not in PREEMPT_MODES:
+                raise bad(d, f"has mode {d.mode!r}; allowed: {PREEMPT_MODES}")
+            plan.preempt[d.request_id] = d.mode
+        elif isinstance(d, (Stop, Abort)):
+            seq = inst.by_id.get(d.request_id)
+            if seq is None or plan.moved(d.request_id):
+                raise bad(d, "names an unknown or already moved request")
+            plan.finish[d.request_id] = "stop" if isinstance(d, Stop) else "abort"
+        elif isinstance(d, Order):
+            if plan.order or any(
+                getattr(inst.by_id.get(r), "status", None) != "running" for r in d.request_ids
+            ):
+                raise bad(d, "is a second Order or orders a request that is not running")
+            plan.order = tuple(dict.fromkeys(d.request_ids))
+        elif isinstance(d, TokenBudget):
+            if getattr(inst.by_id.get(d.request_id), "status", None) != "running" or d.tokens < 0:
+                raise bad(d, "names a request that is not running or a negative budget")
+            plan.budgets[d.request_id] = d.tokens
+        elif isinstance(d, Migrate):
+            raise bad(d, "migration is not simulated yet")
+        else:
+            raise bad(d, "is not a decision")
+    _check_capacity(plan, inst, bad)
+    return plan
+
+
+def _check_capacity(plan: SimPlan, inst, bad) -> None:
+    leaving = [s for s in inst.running if s.request_id in plan.preempt or s.request_id in plan.finish]
+    staying = [
+        s for s in inst.running if s.request_id not in plan.preempt and s.request_id not in plan.finish
+    ]
+    if plan.admit and len(staying) + len(plan.admit) > inst.config.max_num_seqs:
+        raise bad(plan.admit[-1], f"exceeds max_num_seqs={inst.config.max_num_seqs}")
+    need = sum(max(0, inst.blocks_for(s.num_tokens) - s.num_blocks) for s in staying)
+    available = inst.free_blocks + sum(s.num_blocks for s in leaving)
+    for seq in plan.admit:
+        need += inst.admission_blocks(seq)
+        if need > available:
+            raise bad(Admit(seq.request_id), f"needs {need} KV blocks in all; {available} are free")

@@ -1,0 +1,56 @@
+"""One simulated request's state and timeline inside an instance."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from reasonserve.core.phase import Phase
+from reasonserve.sim.workload import SimRequest
+
+__all__ = ["SimSequence"]
+
+
+@dataclass(eq=False, slots=True)
+class SimSequence:
+    req: SimRequest
+    enqueued_s: float
+    status: str = "waiting"  # waiting | running | finished
+    num_computed: int = 0
+    num_output: int = 0
+    num_blocks: int = 0
+    quantum_used: int = 0
+    swapped: bool = False
+    first_token_s: float | None = None
+    end_of_thinking_s: float | None = None
+    answer_times: list[float] = field(default_factory=list)
+    finished_s: float | None = None
+    finish_reason: str | None = None
+    num_preemptions: int = 0
+    num_swaps: int = 0
+
+    @property
+    def request_id(self) -> str:
+        return self.req.request_id
+
+    @property
+    def num_tokens(self) -> int:
+        return self.req.prompt_tokens + self.num_output
+
+    @property
+    def phase(self) -> Phase:
+        if self.status == "finished":
+            return Phase.FINISHED
+        if self.num_output == 0:
+            return Phase.PREFILL
+        return Phase.REASONING if self.num_output < self.req.reasoning_tokens else Phase.ANSWERING
+
+    def emit(self, now_s: float) -> bool:
+        """A token was sampled at ``now_s``; True when the request has all its tokens."""
+        self.num_output += 1
+        if self.first_token_s is None:
+            self.first_token_s = now_s
+        if self.num_output == self.req.reasoning_tokens:
+            self.end_of_thinking_s = now_s
+        elif self.num_output > self.req.reasoning_tokens:
+            self.answer_times.append(now_s)
+        return self.num_output >= self.req.output_tokens

@@ -1,0 +1,74 @@
+"""Workloads: requests with a prompt, a reasoning part and an answer part, arriving as a
+seeded Poisson process. Lengths come from a :class:`LengthTable` (real traces, see
+:mod:`reasonserve.sim.traces`, or any list of triples for tests)."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+from reasonserve.core.errors import InvalidArgumentError
+
+__all__ = ["LengthTable", "SimRequest", "poisson_workload"]
+
+
+@dataclass(frozen=True, slots=True)
+class SimRequest:
+    request_id: str
+    arrival_s: float
+    prompt_tokens: int
+    reasoning_tokens: int  # output tokens up to and including the end-of-thinking token
+    answer_tokens: int
+    program_id: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.prompt_tokens < 1 or self.reasoning_tokens < 0 or self.answer_tokens < 0:
+            raise InvalidArgumentError(f"{self.request_id}: token counts must be >= 0 (prompt >= 1)")
+        if self.reasoning_tokens + self.answer_tokens < 1:
+            raise InvalidArgumentError(f"{self.request_id}: a request must generate at least one token")
+
+    @property
+    def output_tokens(self) -> int:
+        return self.reasoning_tokens + self.answer_tokens
+
+
+@dataclass(frozen=True, slots=True)
+class LengthTable:
+    """(prompt, reasoning, answer) token triples to draw from, with where they came from."""
+
+    rows: tuple[tuple[int, int, int], ...]
+    source: str
+
+    def __post_init__(self) -> None:
+        if not self.rows:
+            raise InvalidArgumentError(f"LengthTable {self.source!r} has no rows")
+
+    def draw(self, rng: random.Random) -> tuple[int, int, int]:
+        return self.rows[rng.randrange(len(self.rows))]
+
+
+def poisson_workload(
+    table: LengthTable,
+    rate_per_s: float,
+    num_requests: int,
+    seed: int,
+    *,
+    programs_of: int = 1,
+) -> list[SimRequest]:
+    """``num_requests`` requests, exponential gaps of mean ``1/rate_per_s``; with
+    ``programs_of = k > 1`` arrivals are programs of k requests (self-consistency samples)
+    arriving together, each request with its own draw."""
+    if not rate_per_s > 0:
+        raise InvalidArgumentError(f"rate_per_s must be > 0, got {rate_per_s!r}")
+    if num_requests < 1 or programs_of < 1:
+        raise InvalidArgumentError("num_requests and programs_of must be >= 1")
+    rng = random.Random(seed)
+    out: list[SimRequest] = []
+    t = 0.0
+    while len(out) < num_requests:
+        t += rng.expovariate(rate_per_s)
+        pid = f"p{len(out) // programs_of:06d}" if programs_of > 1 else None
+        for _ in range(min(programs_of, num_requests - len(out))):
+            prompt, reasoning, answer = table.draw(rng)
+            out.append(SimRequest(f"r{len(out):06d}", t, prompt, reasoning, answer, pid))
+    return out

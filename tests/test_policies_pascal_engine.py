@@ -1,0 +1,64 @@
+"""PASCAL's policy object runs unchanged on the embedded engine and orders by phase."""
+
+import pytest
+
+from reasonserve.core import Phase
+from reasonserve.core.decisions import Admit, Preempt
+from reasonserve.engine import Engine, EngineConfig, SamplingParams, make_tiny_checkpoint
+from reasonserve.policies.pascal import PascalPolicy
+
+
+@pytest.fixture(scope="module")
+def ckpt(tmp_path_factory):
+    return make_tiny_checkpoint(tmp_path_factory.mktemp("tiny-pascal"))
+
+
+class Recording:
+    """Delegates to PASCAL and keeps every (view, decisions) pair."""
+
+    def __init__(self, inner):
+        self.inner, self.name, self.steps = inner, inner.name, []
+
+    def decide(self, view):
+        decisions = list(self.inner.decide(view))
+        self.steps.append((view, decisions))
+        return decisions
+
+
+PROMPTS = [[(7 * i + j) % 256 for j in range(5 + 3 * i)] for i in range(6)]
+PARAMS = [SamplingParams(max_tokens=14, temperature=1.0, seed=100 + i, deterministic=True) for i in range(6)]
+
+
+def _run(ckpt, config, policy):
+    eng = Engine.from_pretrained(ckpt, config, policy=policy)
+    outs = eng.generate(PROMPTS, PARAMS)
+    eng.check_blocks()
+    return [o.token_ids for o in outs]
+
+
+def test_pascal_on_the_engine_schedules_reasoning_before_answering(ckpt):
+    roomy = EngineConfig(block_size=4, num_blocks=256, mode="batch_invariant")
+    reference = _run(ckpt, roomy, PascalPolicy())
+    eot = reference[0][3]  # request 0 ends its reasoning at its 4th token; others when they hit it
+    tight = EngineConfig(block_size=4, num_blocks=14, max_num_seqs=3, max_num_batched_tokens=16,
+                         mode="batch_invariant", end_of_thinking_token_id=eot)  # fmt: skip
+    policy = Recording(PascalPolicy(quantum=4, demote_threshold_tokens=10_000))
+    assert _run(ckpt, tight, policy) == reference  # scheduling never changes deterministic tokens
+    high = (Phase.PREFILL, Phase.REASONING)
+    mixed = contested = 0
+    for view, decisions in policy.steps:
+        phase = {r.request_id: r.phase for r in view.waiting + view.running}
+        admitted = [d.request_id for d in decisions if isinstance(d, Admit)]
+        preempted = [d.request_id for d in decisions if isinstance(d, Preempt)]
+        left_high = [r.request_id for r in view.waiting if r.phase in high and r.request_id not in admitted]
+        if left_high:  # a reasoning request left waiting: no answering request jumped ahead of it
+            assert not [rid for rid in admitted if phase[rid] is Phase.ANSWERING]
+        if any(phase[rid] in high for rid in preempted):  # KV priority: answering goes first
+            kept_low = [
+                r for r in view.running if r.phase is Phase.ANSWERING and r.request_id not in preempted
+            ]
+            assert not kept_low
+        live = set(phase.values())
+        mixed += Phase.ANSWERING in live and bool(live & set(high))
+        contested += bool(view.waiting) and len(view.running) == tight.max_num_seqs
+    assert mixed > 0 and contested > 0  # the checks above really ran on mixed, full batches
