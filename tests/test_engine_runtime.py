@@ -292,3 +292,19 @@ def test_text_prompts_need_a_tokenizer(ckpt):
     bare = Engine(Engine.from_pretrained(ckpt).model, tokenizer=None)
     with pytest.raises(InvalidArgumentError, match="tokenizer"):
         bare.add_request("hi")
+
+
+def test_fast_path_prefills_never_feed_the_prefix_cache_of_deterministic_requests(ckpt):
+    """In DVR mode non-deterministic prompts run on the stock kernels: their blocks are cached
+    for other fast-path requests only, so a deterministic request recomputes its prefix."""
+    eng = Engine.from_pretrained(ckpt, EngineConfig(block_size=4, num_blocks=64))
+    shared = list(range(1, 13))
+    fast = SamplingParams(max_tokens=2, temperature=0.0)
+    det = SamplingParams(max_tokens=4, temperature=0.0, deterministic=True)
+    eng.generate([[*shared, 50]], fast)
+    again, exact = eng.generate([[*shared, 60], [*shared, 70]], [fast, det])
+    assert again.metrics.num_cached_tokens == 12  # fast path reuses fast-path blocks
+    assert exact.metrics.num_cached_tokens == 0  # never stock KV under a deterministic request
+    reference = Engine.from_pretrained(ckpt, EngineConfig(mode="batch_invariant")).generate([[*shared, 70]], det)
+    assert exact.token_ids == reference[0].token_ids
+    eng.check_blocks()

@@ -4,7 +4,9 @@ The manager only tracks block ids; the engine owns the KV tensors and performs t
 copies the manager asks for. A full block whose KV has been computed is registered
 under a hash of (previous block's hash, its tokens), so a later prompt with the same
 prefix reuses it instead of recomputing. Blocks are reference counted: forks share
-blocks, and writing into a shared block first copies it (copy-on-write).
+blocks, and writing into a shared block first copies it (copy-on-write). A ``salt``
+starts the hash chain in its own namespace: KV computed by the DVR fast path's stock
+kernels is never shared with a request whose KV must come from the invariant kernels.
 """
 
 from __future__ import annotations
@@ -50,17 +52,19 @@ class BlockManager:
         return block
 
     @staticmethod
-    def chain_hash(parent: int | None, tokens: Sequence[int]) -> int:
+    def chain_hash(parent: int | str | None, tokens: Sequence[int]) -> int:
         return hash((parent, tuple(tokens)))
 
-    def allocate_prompt(self, tokens: Sequence[int]) -> tuple[list[int], int]:
+    def allocate_prompt(self, tokens: Sequence[int], salt: str | None = None) -> tuple[list[int], int]:
         """Blocks for a prompt: reuse cached full-block prefixes, allocate the rest.
 
         Returns the block table and how many leading tokens already have KV. At least one
         token is always left to compute (its logits are needed).
         """
         needed = self.blocks_for(len(tokens))
-        table, parent, cached = [], None, 0
+        table: list[int] = []
+        parent: int | str | None = salt
+        cached = 0
         full = (len(tokens) - 1) // self.block_size  # never reuse the block holding the last token
         for b in range(full):
             h = self.chain_hash(parent, tokens[b * self.block_size : (b + 1) * self.block_size])
@@ -84,9 +88,11 @@ class BlockManager:
             raise OutOfBlocks
         return [self._take() for _ in range(num_blocks)]
 
-    def register_full_blocks(self, table: Sequence[int], tokens: Sequence[int], num_computed: int) -> None:
+    def register_full_blocks(
+        self, table: Sequence[int], tokens: Sequence[int], num_computed: int, salt: str | None = None
+    ) -> None:
         """Make the computed full blocks of a sequence reusable by later prompts."""
-        parent = None
+        parent: int | str | None = salt
         for b in range(min(len(table), num_computed // self.block_size)):
             h = self.chain_hash(parent, tokens[b * self.block_size : (b + 1) * self.block_size])
             block = table[b]

@@ -119,6 +119,8 @@ class Engine:
             program_id,
             prefix_hashes(tokens, self.config.block_size),
         )
+        if self.config.mode == "dvr" and not params.deterministic:
+            seq.kv_salt = "stock"  # its prompt runs on the fast path: keep its blocks apart
         self.scheduler.add(seq)
         return rid
 
@@ -165,9 +167,10 @@ class Engine:
         if self.config.mode == "batch_invariant":
             parts = [(INVARIANT, plan)]
         else:
-            prefill = [(s, n) for s, n in plan if n > 1 or s.num_computed < len(s.prompt)]
-            decode = [(s, n) for s, n in plan if not (n > 1 or s.num_computed < len(s.prompt))]
-            parts = [(INVARIANT, prefill), (STOCK, decode)]
+            # Deterministic requests' prefills run invariant; everything else on the fast path.
+            trusted = [(s, n) for s, n in plan if _invariant_prefill(s, n)]
+            fast = [(s, n) for s, n in plan if not _invariant_prefill(s, n)]
+            parts = [(INVARIANT, trusted), (STOCK, fast)]
         for kernels, part in parts:
             if part:
                 outs += self._run(part, kernels)
@@ -189,7 +192,7 @@ class Engine:
         for seq, n in part:
             if seq.num_computed < len(seq.prompt):  # prompt blocks enter the prefix cache
                 self.blocks.register_full_blocks(
-                    seq.block_table, seq.prompt, min(seq.num_computed + n, len(seq.prompt))
+                    seq.block_table, seq.prompt, min(seq.num_computed + n, len(seq.prompt)), seq.kv_salt
                 )
             seq.num_computed += n
             seq.quantum_used += n
@@ -288,6 +291,10 @@ class Engine:
     def check_blocks(self) -> None:
         """Block accounting: every block is either free or held by a live request."""
         self.blocks.check([s.block_table for s in self.running])
+
+
+def _invariant_prefill(seq: Seq, n: int) -> bool:
+    return seq.params.deterministic and (n > 1 or seq.num_computed < len(seq.prompt))
 
 
 def _named(name: str) -> object:

@@ -161,7 +161,7 @@ class Scheduler:
             self.runner.swap_in(seq.block_table, seq.swapped)
             seq.swapped = None
         else:
-            seq.block_table, seq.num_computed = self.blocks.allocate_prompt(seq.tokens)
+            seq.block_table, seq.num_computed = self.blocks.allocate_prompt(seq.tokens, seq.kv_salt)
             seq.num_cached_tokens += seq.num_computed
         self.waiting.remove(seq)
         self.running.append(seq)

@@ -68,6 +68,7 @@ class Sequence:
     end_of_thinking: int | None = None
     program_id: str | None = None
     prefix_hashes: tuple[int, ...] = ()
+    kv_salt: str | None = None  # prefix-cache namespace of the kernels that compute its prompt
     output: list[int] = field(default_factory=list)
     token_times: list[float] = field(default_factory=list)
     block_table: list[int] = field(default_factory=list)
