@@ -1,8 +1,9 @@
 """The embedded engine: a thin loop over a :class:`Scheduler` and a :class:`ModelRunner`.
 
 ``step()``: the scheduler asks the policy object and hands out this step's tokens;
-prefill chunks run on the batch-invariant kernels, decodes on the stock kernels in
-``mode="dvr"`` (everything invariant in ``mode="batch_invariant"``); requests whose
+in ``mode="dvr"`` deterministic requests' prefill chunks run on the batch-invariant
+kernels and everything else on the stock kernels (everything invariant in
+``mode="batch_invariant"``); requests whose
 pending tokens are all computed sample one token; deterministic requests due for
 verification go through fixed-shape verify passes (``dvr_host``); finished requests
 are returned and forgotten. See ``docs/engine.md``.

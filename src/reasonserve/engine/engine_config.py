@@ -19,8 +19,8 @@ class EngineConfig:
     each, prompts are prefilled in chunks that fit (chunked prefill).
     ``end_of_thinking_token_id`` moves a request from REASONING to ANSWERING.
 
-    ``mode="dvr"``: prompts are prefilled with the batch-invariant kernels, decode steps
-    use stock kernels, and requests with ``deterministic=True`` are verified every
+    ``mode="dvr"``: deterministic requests' prompts are prefilled with the
+    batch-invariant kernels, all other passes use stock kernels, and requests with ``deterministic=True`` are verified every
     ``dvr_window`` tokens in fixed-shape passes of ``dvr_group_size`` x ``dvr_window``
     tokens (decode-verify-rollback). ``mode="batch_invariant"``: every pass uses the
     batch-invariant kernels, so every request is deterministic and none is verified.
