@@ -76,6 +76,19 @@ def test_comparison_is_bounded(name):
         assert _fastest(lambda a=a, b=b: compare_answers(a, b)) < BOUND_S, (a[:40], b[:40])
 
 
+@pytest.mark.parametrize(
+    ("a", "b"),
+    [  # reordered long lists: exact values settle constants; symbolic ones hit the pair cap
+        (",".join(str(i) for i in range(180)), ",".join(f"{i}+0" for i in reversed(range(180)))),
+        (",".join(f"x+{i}" for i in range(180)), ",".join(f"{i}+x" for i in reversed(range(180)))),
+        (",".join(f"\\sqrt{{{i}}}" for i in range(120)), ",".join(f"\\sqrt{{{i}}}+0" for i in range(120))),
+    ],
+)
+def test_long_unordered_lists_are_bounded(a, b):
+    assert _fastest(lambda: compare_answers(a, b)) < BOUND_S
+    assert compare_answers(a, b) is not Verdict.DIFFERENT  # equal, or unknown past the cap
+
+
 def test_bound_catches_a_quadratic_scan():
     """The harness itself can fail: a quadratic re-scan of the same input is far over the bound."""
 

@@ -15,9 +15,11 @@ from __future__ import annotations
 import re
 import time
 
+from reasonserve.certainindex._values import exact_value
 from reasonserve.certainindex._verdict import Compare, Verdict, all_equal
 
 MAX_ITEMS = 256
+MAX_PAIR_CHECKS = 400  # pairwise element comparisons per unordered list comparison
 _BRACKETS = {"(": ")", "[": "]"}
 _PM = re.compile(r"\\(?:pm|mp)(?![a-zA-Z])")
 MATRIX = re.compile(r"^\\begin\{([pbBvV]?matrix)\}(.*)\\end\{\1\}$", re.DOTALL)
@@ -101,19 +103,41 @@ def compare_items(la: Items | None, lb: Items | None, cmp: Compare, deadline: fl
 
 
 def _compare_unordered(pa: list[str], pb: list[str], cmp: Compare, deadline: float) -> Verdict:
-    """Every element of each side has an equal on the other side."""
+    """Every element of each side has an equal on the other side.
+
+    Same strings, or (no decimals) the same exact values, settle it in linear time;
+    otherwise elements are matched pairwise, at most :data:`MAX_PAIR_CHECKS` times.
+    """
     if set(pa) == set(pb):  # same strings reordered: no pairwise checks needed
         return Verdict.EQUAL
-    return all_equal((_covered(pa, pb, cmp, deadline), _covered(pb, pa, cmp, deadline)))
+    keys_a, keys_b = _exact_keys(pa), _exact_keys(pb)
+    if keys_a is not None and keys_b is not None:
+        return Verdict.EQUAL if keys_a == keys_b else Verdict.DIFFERENT
+    budget = [MAX_PAIR_CHECKS]
+    return all_equal((_covered(pa, pb, cmp, deadline, budget), _covered(pb, pa, cmp, deadline, budget)))
 
 
-def _covered(pa: list[str], pb: list[str], cmp: Compare, deadline: float) -> Verdict:
+def _exact_keys(parts: list[str]) -> set | None:
+    """The exact rational values of all parts, or None if one is not an exact constant."""
+    if any("." in p for p in parts):
+        return None  # a rounded decimal matches by its precision, not by its value
+    keys = set()
+    for p in parts:
+        key = exact_value(p)
+        if key is None:
+            return None
+        keys.add(key)
+    return keys
+
+
+def _covered(pa: list[str], pb: list[str], cmp: Compare, deadline: float, budget: list[int]) -> Verdict:
     unknown = False
     for x in pa:
         if x in pb:
             continue
         for y in pb:
-            if time.monotonic() > deadline:
+            budget[0] -= 1
+            if time.monotonic() > deadline or budget[0] < 0:
                 return Verdict.UNKNOWN
             verdict = cmp(x, y)
             if verdict is Verdict.EQUAL:

@@ -34,6 +34,17 @@ def parsed(text: str) -> mx.Node | None:
         return None
 
 
+def exact_value(text: str) -> Fraction | None:
+    """The exact value of a constant answer (``\\frac{6}{4}`` -> 3/2), else None."""
+    tree = parsed(text)
+    if tree is None or mx.variables(tree):
+        return None
+    try:
+        return exact(tree)
+    except (Huge, ZeroDivisionError, ValueError, OverflowError):
+        return None
+
+
 def decimal_places(tree: mx.Node) -> int | None:
     """Digits after the point when the tree is a decimal literal (``-0.33`` -> 2), else None."""
     while tree.op == "neg":
