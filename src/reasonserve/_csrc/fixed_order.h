@@ -166,6 +166,26 @@ static inline float exp_neg(float x) {
   return x != x ? x : y;
 }
 
+// exp_neg on a vector: the same operations lane by lane (identical bits).
+static inline vf exp_neg_v(vf x) {
+  const vf lo = splat(-86.0f), zero = splat(0.0f);
+  const vf xc = x < lo ? lo : (x > zero ? zero : x);
+  const vf n = (xc * splat(1.44269504088896341f) + splat(12582912.0f)) - splat(12582912.0f);
+  const vf r = (xc - n * splat(0.693359375f)) - n * splat(-2.12194440e-4f);
+  vf p = splat(1.9875691500e-4f);
+  p = p * r + splat(1.3981999507e-3f);
+  p = p * r + splat(8.3334519073e-3f);
+  p = p * r + splat(4.1665795894e-2f);
+  p = p * r + splat(1.6666665459e-1f);
+  p = p * r + splat(5.0000001201e-1f);
+  p = (p * r) * r + r + splat(1.0f);
+  const vi bits = (__builtin_convertvector(n, vi) + 127) << 23;
+  vf scale;
+  __builtin_memcpy(&scale, &bits, sizeof(scale));
+  const vf y = x < lo ? zero : p * scale;
+  return x != x ? x : y;
+}
+
 // natural log of a finite x >= 1 (a sum of exponentials whose largest term is 1).
 static inline double log_fixed(double x) {
   if (!(x < __builtin_inff())) return x;  // NaN or +inf
@@ -283,13 +303,34 @@ static inline float max_row(const float* x, int64_t n) {
   return nan ? __builtin_nanf("") : m + 0.0f;  // + 0: a zero maximum is +0 whatever lane saw it
 }
 
+// e_i = exp_neg(x_i - m) written to out and summed in the 16-lane order, one pass.
+static inline float exp_sum16(const float* x, int64_t n, float m, float* out) {
+  vf acc[kNv];
+  for (int u = 0; u < kNv; ++u) acc[u] = splat(0.0f);
+  const vf mv = splat(m);
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    for (int u = 0; u < kNv; ++u) {
+      vf e = exp_neg_v(loadv(x + i + u * RS_VW) - mv);
+      storev(out + i + u * RS_VW, e);
+      acc[u] = acc[u] + e;
+    }
+  }
+  float lanes[kLanes];
+  for (int u = 0; u < kNv; ++u) storev(lanes + u * RS_VW, acc[u]);
+  for (int j = 0; i + j < n; ++j) {
+    out[i + j] = exp_neg(x[i + j] - m);
+    lanes[j] = lanes[j] + out[i + j];
+  }
+  return fold16(lanes);
+}
+
 static void softmax_rows(const float* x, int64_t n, bool log, float* out, int64_t r0, int64_t r1) {
   for (int64_t r = r0; r < r1; ++r) {
     const float* row = x + r * n;
     float* dst = out + r * n;
     float m = max_row(row, n);
-    for (int64_t i = 0; i < n; ++i) dst[i] = exp_neg(row[i] - m);
-    float total = sum16(dst, n, 0);
+    float total = exp_sum16(row, n, m, dst);
     if (log) {
       float lt = static_cast<float>(log_fixed(static_cast<double>(total)));
       for (int64_t i = 0; i < n; ++i) dst[i] = (row[i] - m) - lt;
@@ -318,8 +359,7 @@ static void attend(const float* q, const PagedKV& kv, const int64_t* table, int6
     if (s != s || m != m) m = s != s ? s : m;
     else m = s > m ? s : m;
   }
-  for (int64_t j = 0; j < n; ++j) scores[j] = exp_neg(scores[j] - m);
-  float denom = sum16(scores, n, 0);
+  float denom = exp_sum16(scores, n, m, scores);
   for (int64_t c = 0; c < d; ++c) out[c] = 0.0f;
   for (int64_t j = 0; j < n; ++j) {
     int64_t off = table[j / kv.block_size] * kv.s_block + h * kv.s_head + (j % kv.block_size) * kv.s_tok;

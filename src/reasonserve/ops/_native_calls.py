@@ -64,15 +64,20 @@ _CACHE = PanelCache()
 def matmul_2d(a: torch.Tensor, b: torch.Tensor, *, weight: bool = False, cache: PanelCache = _CACHE):
     """``a [M, K] @ b [K, N]`` in float32.
 
-    ``weight=True`` (``linear``): ``b`` is packed into panels once and the packing
-    cached — the fastest form to read. Otherwise a float32 ``b`` with contiguous rows
-    (an activation, used once) is read in place. Both give the same bits.
+    A weight (``weight=True`` from ``linear``, or a view of an ``nn.Parameter``, as
+    ``deterministic_mode()`` sees ``F.linear``) is packed into panels once and the
+    packing cached — the fastest form to read. Any other ``b`` (an activation, used
+    once) is read in place when it is float32 with contiguous rows, else packed
+    without caching. All forms give the same bits.
     """
     ops, isa = _native.ops(), _native.selected_isa()
     a32 = _f32(a)
-    if not weight and b.dtype == torch.float32 and (b.shape[1] <= 1 or b.stride(1) == 1):
+    owner = b._base if b._base is not None else b
+    if weight or isinstance(owner, torch.nn.Parameter):
+        return ops.linear_packed(a32, cache.panels(b), b.shape[1], isa)
+    if b.dtype == torch.float32 and (b.shape[1] <= 1 or b.stride(1) == 1):
         return ops.matmul_rows(a32, b, isa)
-    return ops.linear_packed(a32, cache.panels(b), b.shape[1], isa)
+    return ops.linear_packed(a32, pack_panels(b), b.shape[1], isa)
 
 
 def rms_normed(rows: torch.Tensor, eps: float) -> torch.Tensor:

@@ -12,9 +12,9 @@ Run-to-run deterministic on the same machine, thread count and library versions.
   (``_fixed_order.exact_matmul_2d``), provably invariant, slow — the fallback when
   the extension is missing. Other devices: fixed-shape BLAS row tiles, a larger tile
   only where a probe saw every slot give the one-row bits (``_fixed_order``).
-* batched products with a small per-entry ``K * N`` (CPU, either path) use
-  element-wise float32 products summed by a fixed pairwise tree (the choice depends
-  on ``K`` and ``N`` only).
+* torch path, batched products with a small per-entry ``K * N``: element-wise
+  float32 products summed by a fixed pairwise tree (the choice depends on ``K`` and
+  ``N`` only).
 * Triton (CUDA): persistent kernel with fixed tile sizes and no split-K.
 """
 
@@ -46,10 +46,11 @@ def _mm_2d(a: torch.Tensor, b: torch.Tensor, impl: str, *, weight: bool = False)
     return tiled_matmul_2d(a, b)
 
 
-# Batched products whose per-entry ``K * N`` is at most this use element-wise
-# products and a pairwise tree instead of one BLAS call per tile and entry: attention
-# scores and weighted values of small heads are thousands of tiny products, where
-# per-call overhead dominates. The choice depends on (K, N) only, never on the batch.
+# On the torch path, batched products whose per-entry ``K * N`` is at most this use
+# element-wise products and a pairwise tree instead of one BLAS call per tile and
+# entry: attention scores and weighted values of small heads are thousands of tiny
+# products, where per-call overhead dominates. The choice depends on (K, N) only,
+# never on the batch. The native path runs its kernel once per entry.
 _TREE_MAX_KN = 1 << 14
 # Elements of the [E, rows, N, K] temporary per chunk of the tree form.
 _TREE_CHUNK_ELEMS = 1 << 22
@@ -66,7 +67,7 @@ def _tree_bmm(a3: torch.Tensor, b3: torch.Tensor) -> torch.Tensor:
 
 def _batched_mm(a3: torch.Tensor, b3: torch.Tensor, impl: str) -> torch.Tensor:
     k, n = b3.shape[1], b3.shape[2]
-    if k * n <= _TREE_MAX_KN and resolve_impl(impl, a3) in ("torch", "native"):
+    if k * n <= _TREE_MAX_KN and resolve_impl(impl, a3) == "torch":
         acc = a3.dtype if a3.dtype == torch.float64 else torch.float32
         return _tree_bmm(a3.to(acc), b3.to(acc)).to(a3.dtype)
     out = [_mm_2d(a3[i], b3[i], impl) for i in range(a3.shape[0])]
