@@ -64,6 +64,15 @@ def _check_qkv(q, k, v, kv_lens, causal):
     return lens
 
 
+def resolve_scale(scale, head_dim: int) -> float:
+    """``scale`` as a float (``1 / sqrt(D)`` when None); a typed error when not finite."""
+    if scale is None:
+        return 1.0 / math.sqrt(head_dim) if head_dim else 1.0
+    if not isinstance(scale, (int, float)) or isinstance(scale, bool) or not math.isfinite(scale):
+        raise InvalidArgumentError(f"scale must be a finite number, got {scale!r}")
+    return float(scale)
+
+
 def _lengths(kv_lens, batch: int, max_len: int, device) -> torch.Tensor:
     if kv_lens is None:
         return torch.full((batch,), max_len, dtype=torch.long, device=device)
@@ -172,10 +181,7 @@ def attention(
     Tensor ``[B, Hq, S, D]`` of ``q``'s dtype.
     """
     lens = _check_qkv(q, k, v, kv_lens, causal)
-    if scale is None:
-        scale = 1.0 / math.sqrt(q.shape[-1]) if q.shape[-1] else 1.0
-    if not isinstance(scale, (int, float)) or not math.isfinite(scale):
-        raise InvalidArgumentError(f"scale must be a finite number, got {scale!r}")
+    scale = resolve_scale(scale, q.shape[-1])
     if q.numel() == 0:
         return q.new_zeros(q.shape)
     which = resolve_impl(impl, q)

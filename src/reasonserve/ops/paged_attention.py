@@ -24,15 +24,13 @@ table entries past its own blocks.
 
 from __future__ import annotations
 
-import math
-
 import torch
 
 from reasonserve.core.errors import InvalidArgumentError, InvalidTypeError
 from reasonserve.ops import _native_calls
 from reasonserve.ops._checks import check_same, check_tensor
 from reasonserve.ops._impl import resolve_impl
-from reasonserve.ops.attention import attention, query_rows
+from reasonserve.ops.attention import attention, query_rows, resolve_scale
 
 __all__ = ["paged_attention", "paged_attention_reference"]
 
@@ -144,10 +142,7 @@ def paged_attention(
     Tensor ``[total_q, Hq, D]`` of ``q``'s dtype.
     """
     check_paged_args(q, k_cache, v_cache, block_tables, seq_lens, query_lens)
-    if scale is None:
-        scale = 1.0 / math.sqrt(q.shape[-1]) if q.shape[-1] else 1.0
-    if not isinstance(scale, (int, float)) or not math.isfinite(scale):
-        raise InvalidArgumentError(f"scale must be a finite number, got {scale!r}")
+    scale = resolve_scale(scale, q.shape[-1])
     if q.numel() == 0:
         return q.new_zeros(q.shape)
     if impl == "triton":
