@@ -1,0 +1,157 @@
+"""Simulator parts: roofline cost model, presets, config errors, pacer/QoE, metrics, traces."""
+
+import gzip
+import json
+
+import pytest
+
+from reasonserve.core import InvalidArgumentError
+from reasonserve.policies.pacer import TokenPacer
+from reasonserve.policies.pascal import PascalPolicy
+from reasonserve.policies.router import InstanceLoad, LeastKVRouter, PascalRouter
+from reasonserve.sim import (
+    HARDWARE,
+    MODELS,
+    LengthTable,
+    RooflineCostModel,
+    SimConfig,
+    SimRequest,
+    load_lengths,
+    poisson_workload,
+    simulate,
+    summarize,
+    tail_ttft_by_bin,
+)
+
+
+def test_presets_carry_the_datasheet_numbers():
+    assert HARDWARE["h100"].peak_flops == 989e12 and HARDWARE["h100"].memory_bandwidth_bytes_s == 3.35e12
+    assert (
+        HARDWARE["a100-80g"].memory_bandwidth_bytes_s == 2.039e12 and HARDWARE["h200"].memory_bytes == 141e9
+    )
+    assert MODELS["qwen2.5-32b"].kv_bytes_per_token == 2 * 64 * 8 * 128 * 2
+
+
+def test_decode_is_memory_bound_and_prefill_compute_bound():
+    cost = RooflineCostModel(HARDWARE["h100"], MODELS["qwen2.5-32b"], step_overhead_s=0.0)
+    weights_s = MODELS["qwen2.5-32b"].weight_bytes / (3.35e12 * 0.8)
+    assert cost.step_s([(1, 0)]) == pytest.approx(weights_s, rel=1e-3)  # one decode: read the weights
+    assert cost.step_s([(1, 4000)] * 8) > cost.step_s([(1, 100)] * 8)  # more KV read, slower
+    flops_s = 2 * 32.76e9 * 4096 / (989e12 * 0.6)
+    assert cost.step_s([(4096, 0)]) >= flops_s  # a long prefill costs at least its GEMM FLOPs
+    assert cost.step_s([(4096, 0)]) > 10 * cost.step_s([(1, 0)])
+    slower = RooflineCostModel(HARDWARE["a100-80g"], MODELS["qwen2.5-32b"], step_overhead_s=0.0)
+    assert slower.step_s([(1, 1000)] * 16) > cost.step_s([(1, 1000)] * 16)
+    assert cost.swap_s(1000) == pytest.approx(1000 * 262144 / 64e9)
+
+
+def test_kv_capacity_comes_from_the_memory_left_beside_the_weights():
+    cfg = SimConfig()
+    free = 80e9 * 0.9 - 32.76e9 * 2
+    assert cfg.num_blocks == int(free // 262144) // 16
+    with pytest.raises(InvalidArgumentError, match="does not fit"):
+        SimConfig(hardware="rtx4090", model="qwen2.5-32b")
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "field"),
+    [({"num_instances": 0}, "num_instances"), ({"block_size": 0}, "block_size"),
+     ({"hardware": "tpu"}, "hardware"), ({"preemption": "drop"}, "preemption"),
+     ({"tpot_slo_s": -1.0}, "tpot_slo_s"), ({"gpu_memory_utilization": 1.5}, "gpu_memory_utilization")],
+)  # fmt: skip
+def test_invalid_sim_configs_name_the_field(kwargs, field):
+    with pytest.raises(InvalidArgumentError, match=field):
+        SimConfig(**kwargs)
+
+
+@pytest.mark.parametrize(
+    ("make", "field"),
+    [(lambda: PascalPolicy(quantum=0), "quantum"), (lambda: PascalPolicy(quantum=-5), "quantum"),
+     (lambda: PascalPolicy(demote_threshold_tokens=-1), "demote_threshold_tokens"),
+     (lambda: TokenPacer(tpot_s=0), "tpot_s"),
+     (lambda: PascalRouter().route(None, []), "instances"),
+     (lambda: LeastKVRouter().route(None, ()), "instances")],
+)  # fmt: skip
+def test_invalid_policy_configs_name_the_field(make, field):
+    with pytest.raises(InvalidArgumentError, match=field):
+        make()
+
+
+def test_qoe_is_one_when_paced_and_drops_after_a_stall():
+    pacer = TokenPacer(tpot_s=0.1)
+    assert pacer.qoe([0.1 * k for k in range(50)]) == pytest.approx(1.0)
+    burst_then_pause = [0.01 * k for k in range(30)] + [2.5 + 0.01 * k for k in range(20)]
+    assert pacer.qoe(burst_then_pause) == pytest.approx(1.0)  # the buffer covers the pause
+    stalled = [0.1 * k for k in range(10)] + [10.0 + 0.1 * k for k in range(10)]
+    assert pacer.qoe(stalled) < 0.8
+    assert pacer.behind(0.0, 5, 2.0) and not pacer.behind(0.0, 21, 2.0)
+    assert pacer.buffered([0.0, 0.01, 0.02], 0.05) == 2
+
+
+def test_tail_rule_by_reasoning_bins():
+    rows = [{"reasoning_tokens": 10, "ttft_s": float(i)} for i in range(8)]  # < 10 samples: max
+    rows += [{"reasoning_tokens": 300, "ttft_s": float(i)} for i in range(15)]  # < 20: P90
+    rows += [{"reasoning_tokens": 600, "ttft_s": 1.0} for _ in range(4)]  # < 5: left out
+    rows += [{"reasoning_tokens": 900, "ttft_s": float(i)} for i in range(200)]  # P99
+    assert tail_ttft_by_bin(rows) == {0: 7.0, 256: 13.0, 768: 197.0}
+
+
+def test_router_algorithm_1_skips_instances_missing_their_slo():
+    loads = [InstanceLoad("0", 10, False), InstanceLoad("1", 50, True), InstanceLoad("2", 30, True)]
+    assert PascalRouter().route(None, loads) == "2"
+    assert LeastKVRouter().route(None, loads) == "0"
+    assert PascalRouter().route(None, [InstanceLoad("0", 10, False), InstanceLoad("1", 5, False)]) == "1"
+
+
+def test_a_lone_request_runs_at_the_roofline_speed():
+    cfg = SimConfig(num_instances=1)
+    req = SimRequest("a", 0.0, 100, 50, 20)
+    res = simulate([req], cfg, PascalPolicy)
+    (seq,) = res.sequences
+    cost = cfg.cost_model()
+    expected = cost.step_s([(100, 0)]) + sum(cost.step_s([(1, 100 + k)]) for k in range(69))
+    assert seq.finished_s == pytest.approx(expected)
+    assert len(seq.answer_times) == 20 and seq.end_of_thinking_s < seq.answer_times[0]
+    summary = summarize(res)
+    assert summary["ttft_s"]["max"] == pytest.approx(seq.answer_times[0])
+    assert summary["slo_violation_rate"] == 0.0  # ~25 ms per token beats the 100 ms target
+
+
+def _write_fake_traces(root):
+    sg = root / "serving_traces" / "servegen_deepseek_r1"
+    sg.mkdir(parents=True)
+    window = {
+        "input_tokens": "{50: 0.5, 70: 0.5}",
+        "output_tokens": "{100: 1.0}",
+        "reason_ratio": "{0.6: 1.0}",
+    }
+    (sg / "chunk-0-dataset.json").write_text(json.dumps({"0": window}))
+    rt = root / "reasoning_traces"
+    rt.mkdir()
+    lines = [{"full_text": "<think>" + "x" * 65 + "</think>" + "y" * 20, "tokens_used": 100},
+             {"full_text": "<think>never closed", "tokens_used": 50}]  # fmt: skip
+    with gzip.open(rt / "qwen3-8b_fulltext_dev_split.jsonl.gz", "wt") as f:
+        f.write("\n".join(json.dumps(x) for x in lines))
+
+
+def test_length_tables_from_trace_files(tmp_path):
+    _write_fake_traces(tmp_path)
+    sg = load_lengths("servegen", tmp_path, num_rows=50)
+    assert {r[0] for r in sg.rows} == {50, 70} and all(r[1:] == (60, 40) for r in sg.rows)
+    q = load_lengths("qwen3", tmp_path, prompt_tokens=64)
+    assert q.rows == ((64, 80, 20), (64, 49, 1))  # unclosed: all reasoning, 1-token answer
+    with pytest.raises(InvalidArgumentError, match="source"):
+        load_lengths("alpaca", tmp_path)
+    with pytest.raises(InvalidArgumentError, match="data_dir"):
+        load_lengths("servegen", tmp_path / "nowhere")
+
+
+def test_poisson_workload_is_seeded_and_has_the_requested_rate():
+    table = LengthTable(((10, 5, 5),), "fixture")
+    a, b = poisson_workload(table, 4.0, 2000, seed=3), poisson_workload(table, 4.0, 2000, seed=3)
+    assert a == b and a != poisson_workload(table, 4.0, 2000, seed=4)
+    assert 2000 / a[-1].arrival_s == pytest.approx(4.0, rel=0.1)
+    progs = poisson_workload(table, 1.0, 10, seed=0, programs_of=4)
+    assert [r.program_id for r in progs] == ["p000000"] * 4 + ["p000001"] * 4 + ["p000002"] * 2
+    with pytest.raises(InvalidArgumentError, match="rate_per_s"):
+        poisson_workload(table, 0.0, 5, seed=0)
