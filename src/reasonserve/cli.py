@@ -76,6 +76,9 @@ def _replay_parsers(sub) -> None:
                             "or key=value pairs as calibrate prints them")  # fmt: skip
         p.add_argument("--json", metavar="PATH", help="write the report as JSON")
         p.add_argument("--png", metavar="PATH", help="write the accuracy-vs-cost plot")
+    from reasonserve.sim.cli import add_sim_parser
+
+    add_sim_parser(sub)
     cal = sub.add_parser("calibrate", help="choose certainindex settings by cross-validation")
     cal.add_argument("kind", choices=["probes", "sc", "cot", "prm", "mcts"])
     cal.add_argument("--data", default=None)
@@ -173,6 +176,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 2
     if args.command == "serve":
         return _serve(args)
+    if args.command == "sim":
+        from reasonserve.sim.cli import run_sim
+
+        try:
+            return run_sim(args, sys.stdout)
+        except ReasonserveError as exc:
+            print(f"reasonserve sim: error: {exc}", file=sys.stderr)
+            return 2
     if args.command == "check-determinism":
         from reasonserve.ops.check import print_verdict
 
