@@ -80,6 +80,12 @@ def test_triton_matches_the_torch_reference(dtype):
         assert_close(got.cpu(), want.cpu(), *tolerance("attention", dtype), what=f"attention causal={causal}")
 
 
-def test_auto_uses_torch_on_cpu_even_when_interpreting():
+def test_auto_never_picks_the_interpreter_on_cpu():
+    """``auto`` on CPU is the native kernel (or the torch path without it), never Triton."""
+    from reasonserve.ops import _native
+    from reasonserve.ops._impl import resolve_impl
+
     x = torch.randn(3, 5)
-    assert torch.equal(ops.softmax(x, impl="auto"), ops.softmax(x, impl="torch"))
+    expected = "native" if _native.available() else "torch"
+    assert resolve_impl("auto", x) == expected
+    assert torch.equal(ops.softmax(x, impl="auto"), ops.softmax(x, impl=expected))
