@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import pathlib
 import sys
 from collections.abc import Sequence
@@ -56,6 +57,9 @@ def _replay_parsers(sub) -> None:
     probes = kinds.add_parser("probes", help="probe-in-the-middle recordings")
     probes.add_argument("--run", action="append", help="one run folder (repeatable)")
     probes.add_argument("--runs", help="glob of run folders (default: DATA/probes/*)")
+    probes.add_argument("--grader", choices=["fast", "reference"], default="fast",
+                        help="grade answers with our equivalence (fast) or with Math-Verify in a worker "
+                             "process (reference; needs the [grading] extra)")  # fmt: skip
     sc = kinds.add_parser("sc", help="self-consistency samples")
     sc.add_argument("--samples", help="JSONL file (default: DATA/sc_samples/qwen25math_*.jsonl)")
     cot = kinds.add_parser("cot", help="text-only probing of reasoning traces")
@@ -102,7 +106,8 @@ def _replay(args, out) -> int:
         tol = 0.005 if args.tolerance is None else args.tolerance
         if args.kind == "probes":
             folders = probes.run_folders(getattr(args, "run", None), args.runs, data)
-            report = probes.replay_probes(folders, tolerance=tol, setting=args.setting)
+            with _grader(getattr(args, "grader", "fast")) as grade:
+                report = probes.replay_probes(folders, tolerance=tol, setting=args.setting, grade=grade)
         else:
             cot_rule = probes.headline_rule(args.setting, cot.DEV_SETTING)
             path = args.traces or str(data / "reasoning_traces" / "qwen3-8b_fulltext_dev_split.jsonl.gz")
@@ -130,6 +135,20 @@ def _replay(args, out) -> int:
                                      headline=headline)  # fmt: skip
     sc.print_and_save(report, **save)
     return 0
+
+
+@contextlib.contextmanager
+def _grader(kind: str):
+    """``grade(answer, target) -> bool``: ours, or Math-Verify in a worker (None counts as wrong)."""
+    if kind == "fast":
+        from reasonserve.certainindex import equivalent
+
+        yield equivalent
+        return
+    from reasonserve.certainindex.grading import ReferenceGrader
+
+    with ReferenceGrader() as grader:
+        yield lambda answer, target: bool(grader.grade(target, answer))
 
 
 def _serve(args) -> int:

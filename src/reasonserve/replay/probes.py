@@ -19,6 +19,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 
 from reasonserve.certainindex.calibration import choose, cross_validate
+from reasonserve.certainindex.equivalence import equivalent
 from reasonserve.certainindex.probe_consistency import PRESETS
 from reasonserve.core.errors import InvalidArgumentError
 from reasonserve.replay import _report
@@ -100,10 +101,12 @@ def headline_rule(setting: str, dev: TokenWindowRule) -> TokenWindowRule | None:
     return resolve_setting(setting, TOKEN_KEYS, dev, TokenWindowRule.from_setting)
 
 
-def replay_probes(folders: Sequence[pathlib.Path], *, tolerance: float = 0.005, setting: str = "dev") -> dict:
-    """Replay probe-run folders (see module docstring)."""
+def replay_probes(
+    folders: Sequence[pathlib.Path], *, tolerance: float = 0.005, setting: str = "dev", grade=equivalent
+) -> dict:
+    """Replay probe-run folders (see module docstring), grading answers with ``grade``."""
     rule = headline_rule(setting, DEV_SETTING)  # a bad setting fails before the runs are read
-    trajs = [t for f in folders for t in load_run(f)]
+    trajs = [t for f in folders for t in load_run(f, grade=grade)]
     return replay_trajectories(trajs, runs=[f.name for f in folders], tolerance=tolerance, headline=rule)
 
 
