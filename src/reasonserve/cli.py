@@ -139,7 +139,7 @@ def _replay(args, out) -> int:
 
 @contextlib.contextmanager
 def _grader(kind: str):
-    """``grade(answer, target) -> bool``: ours, or Math-Verify in a worker (None counts as wrong)."""
+    """``grade(answer, target) -> bool``: ours, or Math-Verify in a worker (a timeout counts as wrong)."""
     if kind == "fast":
         from reasonserve.certainindex import equivalent
 
@@ -148,7 +148,7 @@ def _grader(kind: str):
     from reasonserve.certainindex.grading import ReferenceGrader
 
     with ReferenceGrader() as grader:
-        yield lambda answer, target: bool(grader.grade(target, answer))
+        yield grader
 
 
 def _serve(args) -> int:
