@@ -102,7 +102,7 @@ def test_pascal_gives_the_high_queue_kv_priority(view, quantum, threshold):
 @given(VIEWS, st.floats(1, 150))
 def test_dynasor_gangs_programs_and_escalates_starving_ones_first(view, bound):
     policy = DynasorPolicy(starvation_bound_s=bound)
-    admitted, preempted = _split(policy.decide(view))
+    admitted, _ = _split(policy.decide(view))
     keys = policy.program_keys(view, DynasorState())
 
     def key(rid):
@@ -127,7 +127,7 @@ def test_dynasor_learns_program_lengths_and_runs_shorter_programs_first():
         )
 
     policy = DynasorPolicy(starvation_bound_s=1e6)
-    policy.decide(view(0.0, [req("a1", "long", 0.0, out=900), req("b1", "short", 0.1, out=10)]))
+    policy.decide(view(0.0, [], [req("a1", "long", 0.0, out=900), req("b1", "short", 0.1, out=10)]))
     policy.decide(view(1.0, []))  # both finished: history long=900, short=10 tokens per request
     decisions = policy.decide(view(2.0, [req("a2", "long", 1.5), req("b2", "short", 1.6)]))
     assert decisions == [Admit("b2")]  # one seat: the program with less remaining work

@@ -6,10 +6,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from operator import attrgetter
 
 from reasonserve.core.decisions import Decision
 from reasonserve.core.views import RequestView, SchedulerView
-from reasonserve.policies._programs import program_arrivals, program_of
+from reasonserve.policies._programs import program_of
 from reasonserve.policies._ranked import decide_ranked
 
 __all__ = ["AppFIFOPolicy"]
@@ -20,10 +21,9 @@ class AppFIFOPolicy:
     name: str = "app_fifo"
 
     def decide(self, view: SchedulerView) -> Sequence[Decision]:
-        arrivals = program_arrivals(view)
-
-        def key(r: RequestView) -> tuple:
-            pid = program_of(r)
-            return (arrivals[pid], pid, r.request_id)
-
-        return decide_ranked(view, sorted(view.running + view.waiting, key=key))
+        members: dict[str, list[RequestView]] = {}
+        for r in view.running + view.waiting:
+            members.setdefault(program_of(r), []).append(r)
+        programs = sorted((min(r.arrival_s for r in reqs), pid) for pid, reqs in members.items())
+        by_id = attrgetter("request_id")
+        return decide_ranked(view, (r for _, pid in programs for r in sorted(members[pid], key=by_id)))

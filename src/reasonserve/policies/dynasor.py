@@ -23,11 +23,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from operator import attrgetter
 
 from reasonserve.core.decisions import Decision
 from reasonserve.core.errors import InvalidArgumentError
 from reasonserve.core.views import RequestView, SchedulerView
-from reasonserve.policies._programs import program_arrivals, program_of
+from reasonserve.policies._programs import program_of
 from reasonserve.policies._ranked import decide_ranked
 
 __all__ = ["DynasorPolicy", "DynasorState"]
@@ -49,13 +50,17 @@ class DynasorState:
 
 
 def _observe(state: DynasorState, view: SchedulerView) -> DynasorState:
-    live = {r.request_id: (program_of(r), r.num_output_tokens) for r in view.running + view.waiting}
+    """Requests last seen running that are no longer live have finished: add them to their
+    program's history. (Only running requests finish by generating; tracking those keeps
+    this step cheap with a long waiting queue.)"""
+    live = {r.request_id for r in view.waiting}
+    live.update(r.request_id for r in view.running)
     history = dict(state.history)
-    for rid in sorted(set(state.last_seen) - set(live)):
+    for rid in sorted(set(state.last_seen) - live):
         pid, tokens = state.last_seen[rid]
         n, total = history.get(pid, (0, 0))
         history[pid] = (n + 1, total + tokens)
-    return DynasorState(history, live)
+    return DynasorState(history, {r.request_id: (program_of(r), r.num_output_tokens) for r in view.running})
 
 
 @dataclass(slots=True)
@@ -75,29 +80,34 @@ class DynasorPolicy:
             raise InvalidArgumentError(f"mode must be None, 'recompute' or 'swap', got {self.mode!r}")
 
     def program_keys(self, view: SchedulerView, state: DynasorState) -> dict[str, tuple]:
-        """Per live program: (not escalated, estimated remaining tokens or arrival, id)."""
-        arrivals = program_arrivals(view)
-        remaining: dict[str, float] = {}
+        """Per live program: (0, arrival, id) once escalated, else (1, estimated remaining
+        tokens, arrival, id)."""
+        return {pid: key for pid, (key, _) in self._programs(view, state).items()}
+
+    def _programs(self, view: SchedulerView, state: DynasorState) -> dict[str, tuple[tuple, list]]:
+        members: dict[str, list[RequestView]] = {}
         for r in view.running + view.waiting:
-            pid = program_of(r)
-            left = max(1.0, state.mean_tokens(pid, self.prior_tokens) - r.num_output_tokens)
-            remaining[pid] = remaining.get(pid, 0.0) + left
-        keys = {}
-        for pid, arrival in arrivals.items():
+            members.setdefault(
+                r.program_id if r.program_id is not None else "\x00" + r.request_id, []
+            ).append(r)
+        fallback = state.mean_tokens("\x00", self.prior_tokens)  # all finished requests, or the prior
+        out = {}
+        for pid, reqs in members.items():
+            arrival = min(r.arrival_s for r in reqs)
             if view.now_s - arrival > self.starvation_bound_s:
-                keys[pid] = (0, arrival, pid)
+                key: tuple = (0, arrival, pid)
             else:
-                keys[pid] = (1, remaining[pid], arrival, pid)
-        return keys
+                mean = state.mean_tokens(pid, self.prior_tokens) if pid in state.history else fallback
+                key = (1, sum(max(1.0, mean - r.num_output_tokens) for r in reqs), arrival, pid)
+            out[pid] = (key, reqs)
+        return out
 
     def step(self, view: SchedulerView, state: DynasorState) -> tuple[list[Decision], DynasorState]:
         state = _observe(state, view)
-        keys = self.program_keys(view, state)
-
-        def key(r: RequestView) -> tuple:
-            return (keys[program_of(r)], r.request_id)
-
-        return decide_ranked(view, sorted(view.running + view.waiting, key=key), self.mode), state
+        programs = sorted(self._programs(view, state).values(), key=lambda item: item[0])
+        by_id = attrgetter("request_id")
+        ranked = (r for _, reqs in programs for r in sorted(reqs, key=by_id))
+        return decide_ranked(view, ranked, self.mode), state
 
     def decide(self, view: SchedulerView) -> Sequence[Decision]:
         decisions, self.state = self.step(view, self.state)

@@ -19,12 +19,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from operator import attrgetter
 
 from reasonserve.core.decisions import Decision
 from reasonserve.core.errors import InvalidArgumentError
 from reasonserve.core.phase import Phase
 from reasonserve.core.views import RequestView, SchedulerView
-from reasonserve.policies._ranked import decide_ranked
+from reasonserve.policies._ranked import decide_segments
 
 __all__ = ["PascalPolicy"]
 
@@ -60,9 +61,17 @@ class PascalPolicy:
         return (self.queue(r), expired, r.enqueued_s, r.request_id)
 
     def decide(self, view: SchedulerView) -> Sequence[Decision]:
-        ranked = sorted(
-            [(self.rank_key(r, True), r) for r in view.running]
-            + [(self.rank_key(r, False), r) for r in view.waiting],
-            key=lambda item: item[0],
-        )
-        return decide_ranked(view, [r for _, r in ranked], self.mode)
+        by_turn = attrgetter("enqueued_s", "request_id")
+        queues: list[tuple[list, list, list]] = [([], [], []), ([], [], [])]  # fresh, waiting, expired
+        for r in view.running:
+            queues[self.queue(r)][2 if r.quantum_used >= self.quantum else 0].append(r)
+        limit = self.demote_threshold_tokens
+        for r in view.waiting:  # inlined self.queue(r): this loop sees every queued request
+            low = r.phase is Phase.ANSWERING or r.num_prompt_tokens + r.num_output_tokens > limit
+            queues[low][1].append(r)
+        segments = [
+            (sorted(run, key=by_turn), sorted(queued, key=by_turn), by_turn)
+            for fresh, waiting, expired in queues
+            for run, queued in ((fresh, waiting), (expired, []))
+        ]
+        return decide_segments(view, segments, self.mode)

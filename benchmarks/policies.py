@@ -1,0 +1,152 @@
+"""PASCAL vs FCFS vs round-robin on the simulator, and decide() speed on a 10,000-request view.
+
+Settings are fixed here, before any comparison runs, from the PASCAL paper (8 instances,
+a 32B reasoning model on H100, quantum 500, demotion at 5000 tokens, TTFAT 0.25 s, TPOT
+100 ms, QoE < 0.95 is a violation, swap preemption), the H100 datasheet and the
+ServeGen DeepSeek-R1 trace. Arrival rates are fractions (0.5, 0.75, 1.0) of a capacity
+estimate computed from the cost model before running anything (see ``_capacity_rps``).
+
+    python benchmarks/policies.py --quick     # 400 requests per rate (a few minutes)
+    python benchmarks/policies.py             # 2000 requests per rate
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import pathlib
+import statistics
+import sys
+import time
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+
+from _harness import RESULTS, machine, median_s
+from reasonserve.core import Phase
+from reasonserve.core.views import RequestView, SchedulerView
+from reasonserve.policies import FCFSPolicy, RoundRobinPolicy
+from reasonserve.policies.app_fifo import AppFIFOPolicy
+from reasonserve.policies.dynasor import DynasorPolicy
+from reasonserve.policies.lpm import LPMPolicy
+from reasonserve.policies.pascal import PascalPolicy
+from reasonserve.policies.router import LeastKVRouter, PascalRouter
+from reasonserve.sim import SimConfig, load_lengths, poisson_workload, simulate, summarize
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+CONFIG = SimConfig(num_instances=8, hardware="h100", model="qwen2.5-32b", preemption="swap")
+RATE_FRACTIONS = {"low": 0.5, "medium": 0.75, "high": 1.0}
+SETUPS = {  # name: (policy factory, router) — baselines place by least KV footprint (paper §V-A)
+    "fcfs": (FCFSPolicy, LeastKVRouter()),
+    "rr": (lambda: RoundRobinPolicy(quantum=500, mode="swap"), LeastKVRouter()),
+    "pascal": (lambda: PascalPolicy(quantum=500, demote_threshold_tokens=5000, mode="swap"), PascalRouter()),
+}
+PAPER = {
+    "setting": "8x H100 96GB, DeepSeek-R1-Distill-Qwen-32B, AlpacaEval2.0/Arena-Hard via o4-mini lengths",
+    "tail_ttft_change_vs_fcfs": "-61% (AlpacaEval2.0), -72% (Arena-Hard), 'up to', per 256-token bin",
+    "tail_ttft_change_vs_rr": "-33% / -29%",
+    "throughput_change": "within 3%",
+    "slo_violations": "PASCAL lower or comparable to both baselines at every rate",
+}
+
+
+def _capacity_rps(table, config: SimConfig) -> float:
+    """Requests/s the cluster sustains if every instance keeps its KV full of average
+    requests decoding at the roofline step time (an estimate fixed before any run)."""
+    prompt = statistics.fmean(r[0] for r in table.rows)
+    output = statistics.fmean(r[1] + r[2] for r in table.rows)
+    context = prompt + output / 2
+    batch = max(1, min(config.max_num_seqs, int(config.num_blocks * config.block_size / context)))
+    step = config.cost_model().step_s([(1, int(context))] * batch)
+    return config.num_instances * batch / (output * step)
+
+
+def _headline(by_policy: dict) -> dict:
+    def tail_change(base: str) -> dict:
+        a, b = by_policy["pascal"]["tail_ttft_by_bin_s"], by_policy[base]["tail_ttft_by_bin_s"]
+        changes = {k: a[k] / b[k] - 1 for k in a if k in b and b[k] > 0}
+        p99 = by_policy["pascal"]["ttft_s"]["p99"] / by_policy[base]["ttft_s"]["p99"] - 1
+        return {"best_bin": min(changes.values()), "worst_bin": max(changes.values()), "p99_overall": p99}
+
+    tput = by_policy["pascal"]["throughput_tokens_s"]
+    return {
+        "tail_ttft_change_vs_fcfs": tail_change("fcfs"),
+        "tail_ttft_change_vs_rr": tail_change("rr"),
+        "throughput_change_vs_fcfs": tput / by_policy["fcfs"]["throughput_tokens_s"] - 1,
+        "throughput_change_vs_rr": tput / by_policy["rr"]["throughput_tokens_s"] - 1,
+        "slo_violation_rate": {p: s["slo_violation_rate"] for p, s in by_policy.items()},
+    }
+
+
+def run_comparison(num_requests: int, data_dir: pathlib.Path, seed: int) -> dict:
+    table = load_lengths("servegen", data_dir, seed=seed)
+    capacity = _capacity_rps(table, CONFIG)
+    out = {"capacity_estimate_rps": capacity, "lengths": table.source, "rates": {}}
+    for label, fraction in RATE_FRACTIONS.items():
+        reqs = poisson_workload(table, fraction * capacity, num_requests, seed=seed)
+        by_policy = {}
+        for name, (factory, router) in SETUPS.items():
+            start = time.perf_counter()
+            summary = summarize(simulate(reqs, CONFIG, factory, router))
+            summary["wall_s"] = time.perf_counter() - start
+            summary["sim_requests_per_wall_minute"] = num_requests / summary["wall_s"] * 60
+            by_policy[name] = summary
+            s = summary
+            print(f"{label:6s} {name:7s} p99 TTFT {s['ttft_s']['p99']:8.1f} s  SLO viol "
+                  f"{s['slo_violation_rate']:.3f}  tput {s['throughput_tokens_s']:8.0f} tok/s  "
+                  f"wall {s['wall_s']:.0f} s", flush=True)  # fmt: skip
+        out["rates"][label] = {
+            "rate_rps": fraction * capacity,
+            "policies": by_policy,
+            "headline": _headline(by_policy),
+        }
+    return out
+
+
+def _big_view(n_waiting: int, n_running: int = 256) -> SchedulerView:
+    def req(i: int, running: bool) -> RequestView:
+        phase = (
+            (Phase.PREFILL, Phase.REASONING, Phase.ANSWERING)[i % 3] if running or i % 2 else Phase.PREFILL
+        )
+        return RequestView(f"{'r' if running else 'w'}{i:06d}", i * 0.001, phase, 100 + i % 900, 0, i % 700,
+                           num_blocks=8 if running else 0, blocks_needed=1 if running else 8 + i % 50,
+                           enqueued_s=i * 0.001, quantum_used=i % 600 if running else 0,
+                           program_id=f"p{i // 8}", prefix_hashes=(i % 7, i % 13))  # fmt: skip
+
+    running = tuple(req(i, True) for i in range(n_running))
+    waiting = tuple(req(i, False) for i in range(n_waiting))
+    return SchedulerView(100.0, waiting, running, 500, 16, 512, 3000, 8192)
+
+
+def decide_speed() -> dict:
+    policies = {"fcfs": FCFSPolicy(), "round_robin": RoundRobinPolicy(quantum=500), "pascal": PascalPolicy(),
+                "dynasor": DynasorPolicy(), "app_fifo": AppFIFOPolicy(), "lpm": LPMPolicy()}  # fmt: skip
+    out = {}
+    for n in (1_000, 10_000):
+        view = _big_view(n)
+        out[n] = {
+            name: median_s(lambda p=p: p.decide(view), repeats=15) * 1e3 for name, p in policies.items()
+        }
+        print(f"decide() median ms at {n} waiting + 256 running: "
+              + ", ".join(f"{k} {v:.2f}" for k, v in out[n].items()), flush=True)  # fmt: skip
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="400 requests per rate instead of 2000")
+    parser.add_argument("--data", type=pathlib.Path, default=ROOT.parent / "shared" / "data")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+    speed = decide_speed()
+    comparison = run_comparison(400 if args.quick else 2000, args.data, args.seed)
+    result = {"machine": machine("cpu"), "config": repr(CONFIG), "num_blocks_per_instance": CONFIG.num_blocks,
+              "quick": args.quick, "seed": args.seed, "decide_ms_median": speed, "paper": PAPER,
+              **comparison}  # fmt: skip
+    RESULTS.mkdir(exist_ok=True)
+    name = "policies.json"  # the mode is recorded in the file ("quick")
+    (RESULTS / name).write_text(json.dumps(result, indent=1, default=str))
+    print(f"wrote {RESULTS / name}")
+
+
+if __name__ == "__main__":
+    main()
