@@ -4,6 +4,7 @@ Pass a policy object to the host (``Engine(model, config, policy=FCFSPolicy())``
 :data:`REGISTRY` maps names to factories for the CLI and configs only.
 """
 
+from reasonserve.policies.app_fifo import AppFIFOPolicy
 from reasonserve.policies.base import (
     Abort,
     Admit,
@@ -18,11 +19,15 @@ from reasonserve.policies.base import (
     TokenBudget,
     check_policy,
 )
+from reasonserve.policies.dynasor import DynasorPolicy
 from reasonserve.policies.fcfs import FCFSPolicy
+from reasonserve.policies.lpm import LPMPolicy
+from reasonserve.policies.pascal import PascalPolicy
 from reasonserve.policies.round_robin import RoundRobinPolicy
 
 #: Policies by name, for the CLI and configs.
-REGISTRY = {"fcfs": FCFSPolicy, "round_robin": RoundRobinPolicy}
+REGISTRY = {"fcfs": FCFSPolicy, "round_robin": RoundRobinPolicy, "pascal": PascalPolicy,
+            "dynasor": DynasorPolicy, "app_fifo": AppFIFOPolicy, "lpm": LPMPolicy}  # fmt: skip
 
 __all__ = [
     "REGISTRY",
