@@ -10,11 +10,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 from reasonserve.core.errors import InvalidArgumentError
 from reasonserve.core.views import RequestView
 
-__all__ = ["InstanceLoad", "LeastKVRouter", "PascalRouter"]
+__all__ = ["InstanceLoad", "LeastKVRouter", "PascalRouter", "Router"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -24,6 +25,13 @@ class InstanceLoad:
     answering_slo_ok: bool = True  # t_i: no answering request's pacer has run dry
     num_reasoning: int = 0  # r_i (Algorithm 2)
     num_fresh_answering: int = 0  # a_i: answering requests within their first quantum
+
+
+class Router(Protocol):
+    @property
+    def name(self) -> str: ...
+
+    def route(self, request: RequestView, instances: Sequence[InstanceLoad]) -> str: ...
 
 
 def _check(instances: Sequence[InstanceLoad]) -> None:

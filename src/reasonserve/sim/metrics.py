@@ -22,7 +22,8 @@ def percentile(values: Sequence[float], q: float) -> float:
 
 
 def request_metrics(s: SimSequence, pacer: TokenPacer) -> dict:
-    first_answer = s.answer_times[0] if s.answer_times else s.finished_s
+    finished = s.finished_s if s.finished_s is not None else math.nan  # set for every finished request
+    first_answer = s.answer_times[0] if s.answer_times else finished
     start = s.end_of_thinking_s if s.end_of_thinking_s is not None else s.req.arrival_s
     n = len(s.answer_times)
     return {
@@ -33,7 +34,7 @@ def request_metrics(s: SimSequence, pacer: TokenPacer) -> dict:
         "ttfat_s": first_answer - start,
         "tpot_s": (s.answer_times[-1] - s.answer_times[0]) / (n - 1) if n > 1 else 0.0,
         "qoe": pacer.qoe(s.answer_times),
-        "e2e_s": s.finished_s - s.req.arrival_s,
+        "e2e_s": finished - s.req.arrival_s,
         "preemptions": s.num_preemptions,
     }
 

@@ -13,7 +13,7 @@ from reasonserve.core.errors import InvalidArgumentError, PolicyError
 from reasonserve.core.phase import Phase
 from reasonserve.core.views import RequestView
 from reasonserve.policies.pacer import TokenPacer
-from reasonserve.policies.router import LeastKVRouter
+from reasonserve.policies.router import LeastKVRouter, Router
 from reasonserve.sim.config import SimConfig
 from reasonserve.sim.instance import SimInstance
 from reasonserve.sim.sequence import SimSequence
@@ -58,13 +58,13 @@ def simulate(
     requests: Sequence[SimRequest],
     config: SimConfig,
     policy_factory: Callable[[], object],
-    router: object | None = None,
+    router: Router | None = None,
     *,
     check_every_step: bool = False,
 ) -> SimResult:
     """Run ``requests`` to completion; ``policy_factory()`` makes each instance's policy."""
     arrivals = _check_requests(requests, config)
-    router = router if router is not None else LeastKVRouter()
+    placer: Router = router if router is not None else LeastKVRouter()
     cost, pacer = config.cost_model(), TokenPacer(config.tpot_slo_s)
     instances = [SimInstance(str(i), config, cost, policy_factory()) for i in range(config.num_instances)]
     events: list[tuple[float, int]] = []  # (time the instance's next step starts, index)
@@ -76,12 +76,10 @@ def simulate(
             req = arrivals[i]
             now, i = req.arrival_s, i + 1
             loads = [inst.load(now, pacer) for inst in instances]
-            target = str(router.route(_arrival_view(req), loads))
+            target = str(placer.route(_arrival_view(req), loads))
             k = next((j for j, inst in enumerate(instances) if inst.instance_id == target), None)
             if k is None:
-                raise PolicyError(
-                    f"router {getattr(router, 'name', router)!r} chose unknown instance {target!r}"
-                )
+                raise PolicyError(f"router {placer.name!r} chose unknown instance {target!r}")
             instances[k].add(req, now)
             placements[req.request_id] = target
             if not scheduled[k]:
@@ -104,5 +102,5 @@ def simulate(
     if stuck:
         raise PolicyError(f"{len(stuck)} requests never finished (first: {stuck[0]}); the policy stalled")
     seqs = sorted((s for inst in instances for s in inst.finished), key=lambda s: s.request_id)
-    return SimResult(config, instances[0].policy_name, str(getattr(router, "name", type(router).__name__)),
+    return SimResult(config, instances[0].policy_name, placer.name,
                      tuple(seqs), now, sum(inst.steps for inst in instances), placements)  # fmt: skip
