@@ -131,12 +131,39 @@ def decide_speed() -> dict:
     return out
 
 
+def markdown(result: dict) -> str:
+    """The docs/benchmarks.md tables from a results file."""
+    lines = ["| rate | req/s | policy | P99 TTFT s | worst-bin tail TTFT s | SLO viol. | TTFAT met | tok/s "
+             "| preempt. |", "|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    for label, rate in result["rates"].items():
+        for name, s in rate["policies"].items():
+            worst = max(s["tail_ttft_by_bin_s"].values())
+            lines.append(f"| {label} | {rate['rate_rps']:.2f} | {name} | {s['ttft_s']['p99']:.1f} | "
+                         f"{worst:.1f} | {s['slo_violation_rate']:.3f} | {s['ttfat_attainment']:.3f} | "
+                         f"{s['throughput_tokens_s']:.0f} | {s['preemptions']} |")  # fmt: skip
+    lines += ["", "| rate | tail TTFT vs FCFS (best bin / worst bin / P99) | vs RR (best / worst / P99) | "
+              "throughput vs FCFS / RR |", "|---|---|---|---|"]  # fmt: skip
+    for label, rate in result["rates"].items():
+        h = rate["headline"]
+        f, r = h["tail_ttft_change_vs_fcfs"], h["tail_ttft_change_vs_rr"]
+        lines.append(f"| {label} | {f['best_bin']:+.0%} / {f['worst_bin']:+.0%} / "
+                     f"{f['p99_overall']:+.0%} | "
+                     f"{r['best_bin']:+.0%} / {r['worst_bin']:+.0%} / {r['p99_overall']:+.0%} | "
+                     f"{h['throughput_change_vs_fcfs']:+.1%} / "
+                     f"{h['throughput_change_vs_rr']:+.1%} |")  # fmt: skip
+    return "\n".join(lines)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="400 requests per rate instead of 2000")
     parser.add_argument("--data", type=pathlib.Path, default=ROOT.parent / "shared" / "data")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--markdown", action="store_true", help="print the docs tables from the last results")
     args = parser.parse_args()
+    if args.markdown:
+        print(markdown(json.loads((RESULTS / "policies.json").read_text())))
+        return
     speed = decide_speed()
     comparison = run_comparison(400 if args.quick else 2000, args.data, args.seed)
     result = {"machine": machine("cpu"), "config": repr(CONFIG), "num_blocks_per_instance": CONFIG.num_blocks,
