@@ -20,10 +20,11 @@ class EngineConfig:
     ``end_of_thinking_token_id`` moves a request from REASONING to ANSWERING.
 
     ``mode="dvr"``: deterministic requests' prompts are prefilled with the
-    batch-invariant kernels, all other passes use stock kernels, and requests with ``deterministic=True`` are verified every
-    ``dvr_window`` tokens in fixed-shape passes of ``dvr_group_size`` x ``dvr_window``
-    tokens (decode-verify-rollback). ``mode="batch_invariant"``: every pass uses the
-    batch-invariant kernels, so every request is deterministic and none is verified.
+    batch-invariant kernels, all other passes use stock kernels, and requests with
+    ``deterministic=True`` are verified every ``dvr_window`` tokens in fixed-shape passes
+    of ``dvr_group_size`` x ``dvr_window`` tokens (decode-verify-rollback).
+    ``mode="batch_invariant"``: every pass uses the batch-invariant kernels, so every
+    request is deterministic and none is verified.
     """
 
     block_size: int = 16
