@@ -56,6 +56,8 @@ def check_paged_args(q, k_cache, v_cache, block_tables, seq_lens, query_lens) ->
             f"k_cache and v_cache must have one shape, got {tuple(k_cache.shape)} and {tuple(v_cache.shape)}"
         )
     num_blocks, hkv, block_size, d = k_cache.shape
+    if block_size == 0:
+        raise InvalidArgumentError("k_cache/v_cache must have block_size >= 1")
     if q.shape[2] != d:
         raise InvalidArgumentError(f"q's head dim {q.shape[2]} must equal the cache's D={d}")
     if hkv == 0 or q.shape[1] % hkv != 0:
@@ -69,23 +71,29 @@ def check_paged_args(q, k_cache, v_cache, block_tables, seq_lens, query_lens) ->
             f"seq_lens {tuple(lens.shape)} and query_lens {tuple(qlens.shape)} must both be [{b}] "
             f"(one entry per block_tables row)"
         )
-    lens_l, qlens_l = lens.tolist(), qlens.tolist()
-    if sum(qlens_l) != q.shape[0]:
-        raise InvalidArgumentError(f"sum(query_lens)={sum(qlens_l)} must equal q.shape[0]={q.shape[0]}")
-    capacity = tables.shape[1] * block_size
-    for i, (n, nq) in enumerate(zip(lens_l, qlens_l, strict=True)):
-        if nq < 0 or nq > n or n > capacity:
-            raise InvalidArgumentError(
-                f"sequence {i}: need 0 <= query_lens ({nq}) <= seq_lens ({n}) <= "
-                f"block_tables.shape[1] * block_size ({capacity})"
-            )
-        if nq and n == 0:
-            raise InvalidArgumentError(f"sequence {i} has queries but no keys")
-        used = tables[i, : -(-n // block_size)] if n else tables[i, :0]
-        if used.numel() and (int(used.min()) < 0 or int(used.max()) >= num_blocks):
-            raise InvalidArgumentError(
-                f"sequence {i}: block_tables entries must lie in [0, {num_blocks}), got {used.tolist()}"
-            )
+    _check_lengths(lens.long(), qlens.long(), q.shape[0], tables.shape[1] * block_size)
+    # the table entries a sequence reads: its first ceil(seq_len / block_size) ones
+    columns = torch.arange(tables.shape[1], device=tables.device)[None, :]
+    reads = columns < (lens.long()[:, None] + block_size - 1) // block_size
+    bad = reads & ((tables < 0) | (tables >= num_blocks))
+    if bool(bad.any()):
+        seq = int(bad.nonzero()[0, 0])
+        raise InvalidArgumentError(
+            f"sequence {seq}: block_tables entries must lie in [0, {num_blocks}), got {tables[seq].tolist()}"
+        )
+
+
+def _check_lengths(lens: torch.Tensor, qlens: torch.Tensor, total_q: int, capacity: int) -> None:
+    """0 <= query_lens <= seq_lens <= capacity, queries only with keys, sum(query_lens) == total_q."""
+    if int(qlens.sum()) != total_q:
+        raise InvalidArgumentError(f"sum(query_lens)={int(qlens.sum())} must equal q.shape[0]={total_q}")
+    bad = (qlens < 0) | (qlens > lens) | (lens > capacity) | ((qlens > 0) & (lens == 0))
+    if bool(bad.any()):
+        i = int(bad.nonzero()[0, 0])
+        raise InvalidArgumentError(
+            f"sequence {i}: need 0 <= query_lens ({int(qlens[i])}) <= seq_lens ({int(lens[i])}) <= "
+            f"block_tables.shape[1] * block_size ({capacity}), and keys for any queries"
+        )
 
 
 def _gather(cache: torch.Tensor, table: torch.Tensor, n: int) -> torch.Tensor:
