@@ -98,3 +98,35 @@ def test_nan_propagates_the_same_alone_and_batched(op):
     assert torch.equal(torch.isnan(batched[2:3]), torch.isnan(alone))
     assert torch.isnan(alone).any()
     assert not torch.isnan(batched[[0, 1, 3, 4, 5]]).any()  # no leak into other rows
+
+
+_KC = torch.randn(10, 2, 4, 8)
+_TABLES = torch.tensor([[0, 1, 2], [3, 4, 5]], dtype=torch.int32)
+
+
+@pytest.mark.parametrize("impl", ["auto", "torch"])
+@pytest.mark.parametrize(
+    ("tables", "seq_lens", "query_lens", "match"),
+    [
+        (torch.tensor([[0, 1, 2], [3, 4, 99]]), [5, 9], [1, 2], "block_tables entries"),
+        (torch.tensor([[0, 1, 2], [3, 4, -1]]), [5, 9], [1, 2], "block_tables entries"),
+        (_TABLES, [5, 9], [2, 2], "sum\\(query_lens\\)"),
+        (_TABLES, [0, 9], [1, 2], "sequence 0"),
+        (_TABLES, [5, 13], [1, 2], "sequence 1"),
+        (_TABLES, [5, 9], [-1, 4], "sequence 0"),
+        (_TABLES.float(), [5, 9], [1, 2], "int32/int64"),
+    ],
+)
+def test_paged_attention_rejects_bad_tables_and_lengths(impl, tables, seq_lens, query_lens, match):
+    q = torch.randn(3, 4, 8)
+    with pytest.raises((InvalidArgumentError, InvalidTypeError), match=match):
+        ops.paged_attention(q, _KC, _KC, tables, torch.tensor(seq_lens), torch.tensor(query_lens), impl=impl)
+
+
+def test_paged_attention_ignores_table_entries_past_a_sequence():
+    q = torch.randn(2, 4, 8)
+    junk = torch.tensor([[0, 1, 77], [3, -5, 1000]])  # entries never read: seq lens 5 and 3
+    good = torch.tensor([[0, 1, 0], [3, 0, 0]])
+    lens, qlens = torch.tensor([5, 3]), torch.tensor([1, 1])
+    assert torch.equal(ops.paged_attention(q, _KC, _KC, junk, lens, qlens),
+                       ops.paged_attention(q, _KC, _KC, good, lens, qlens))  # fmt: skip
