@@ -231,3 +231,16 @@ def test_the_sweep_passes_here_and_catches_a_batch_dependent_op(monkeypatch):
     monkeypatch.setitem(check.OPS, "leaky", check._row_op(lambda x: x - x.nan_to_num().mean(0)))
     report = check.run_sweep(cases=5, seed=3, ops=("leaky",))
     assert report.failures["leaky"] > 0 and not report.ok
+
+
+@pytest.mark.parametrize("n", [1, 7, 16, 45])
+def test_batched_products_give_each_entry_its_own_bits(n):
+    gen = torch.Generator().manual_seed(n)
+    a, b = torch.randn(6, 9, 33, generator=gen), torch.randn(6, 33, n, generator=gen)
+    batched = ops.matmul(a, b)
+    transposed = ops.matmul(a, b.transpose(1, 2).contiguous().transpose(1, 2))  # column-major entries
+    for i in range(6):
+        alone = ops.matmul(a[i : i + 1, 2:3], b[i : i + 1])
+        assert_bitwise_equal(batched[i : i + 1, 2:3], alone, f"entry {i}")
+        assert_bitwise_equal(transposed[i], batched[i], f"entry {i}, column-major b")
+        assert_bitwise_equal(batched[i], ops.matmul(a[i], b[i]), f"entry {i} as a 2-d product")

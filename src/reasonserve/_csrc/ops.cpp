@@ -65,6 +65,36 @@ at::Tensor run_panels(const at::Tensor& x, const Panels& w, int64_t np, int64_t 
   return n == np * 16 ? acc : acc.narrow(1, 0, n);
 }
 
+// a [E, M, K] @ b [E, K, N], b's rows contiguous, every entry read in place; the
+// same kernel and panels as one matmul_rows call per entry (the same bits).
+at::Tensor bmm_rows(const at::Tensor& a, const at::Tensor& b, int64_t isa) {
+  check_f32(a, "a", 3);
+  check_f32(b, "b", 3);
+  TORCH_CHECK(a.is_contiguous(), "a must be contiguous");
+  TORCH_CHECK(b.size(0) == a.size(0) && b.size(1) == a.size(2), "a [E, M, K] and b [E, K, N] do not match");
+  TORCH_CHECK(b.size(2) <= 1 || b.stride(2) == 1, "b's rows must be contiguous");
+  const KernelTable* kt = table_for(isa);
+  const int64_t e = a.size(0), m = a.size(1), k = a.size(2), n = b.size(2), full = n / 16, np = (n + 15) / 16;
+  at::Tensor tails;
+  if (np > full) {  // the last, partial panel of every entry, zero-padded to 16 columns
+    tails = at::zeros({e, k, 16}, a.options());
+    tails.narrow(2, 0, n - full * 16).copy_(b.narrow(2, full * 16, n - full * 16));
+  }
+  at::Tensor acc = at::empty({e, m, np * 16}, a.options());
+  const int64_t mb = 96, pb = 8, row_blocks = (m + mb - 1) / mb, panel_blocks = (np + pb - 1) / pb;
+  const int64_t per_entry = row_blocks * panel_blocks;
+  at::parallel_for(0, e * per_entry, 1, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      const int64_t i = t / per_entry, r = (t % per_entry) / panel_blocks, p = t % panel_blocks;
+      const float* tail = np > full ? tails.data_ptr<float>() + i * k * 16 : nullptr;
+      Panels w{b.data_ptr<float>() + i * b.stride(0), b.stride(1), 16, full, tail};
+      kt->linear(a.data_ptr<float>() + i * m * k, k, k, w, acc.data_ptr<float>() + i * m * np * 16, np * 16,
+                 r * mb, std::min(m, (r + 1) * mb), p * pb, std::min(np, (p + 1) * pb));
+    }
+  });
+  return n == np * 16 ? acc : acc.narrow(2, 0, n);
+}
+
 // x [M, K] @ panels [NP, K, 16] -> [M, n]
 at::Tensor linear_packed(const at::Tensor& x, const at::Tensor& panels, int64_t n, int64_t isa) {
   check_f32(x, "x", 2);
@@ -81,17 +111,9 @@ at::Tensor linear_packed(const at::Tensor& x, const at::Tensor& panels, int64_t 
 at::Tensor matmul_rows(const at::Tensor& a, const at::Tensor& b, int64_t isa) {
   check_f32(a, "a", 2);
   check_f32(b, "b", 2);
-  TORCH_CHECK(a.is_contiguous(), "a must be contiguous");
   TORCH_CHECK(b.size(0) == a.size(1), "a and b have mismatched K");
   TORCH_CHECK(b.size(1) <= 1 || b.stride(1) == 1, "b's rows must be contiguous");
-  const int64_t k = b.size(0), n = b.size(1), full = n / 16, np = (n + 15) / 16;
-  at::Tensor tail;
-  if (np > full) {
-    tail = at::zeros({k, 16}, a.options());
-    tail.narrow(1, 0, n - full * 16).copy_(b.narrow(1, full * 16, n - full * 16));
-  }
-  Panels w{b.data_ptr<float>(), b.stride(0), 16, full, np > full ? tail.data_ptr<float>() : nullptr};
-  return run_panels(a, w, np, n, isa);
+  return bmm_rows(a.unsqueeze(0), b.unsqueeze(0), isa).squeeze(0);
 }
 
 template <typename Fn>
@@ -205,6 +227,7 @@ TORCH_LIBRARY(reasonserve, m) {
   m.def("isas() -> int[]", &reasonserve_native::isas);
   m.def("linear_packed(Tensor x, Tensor panels, int n, int isa) -> Tensor");
   m.def("matmul_rows(Tensor a, Tensor b, int isa) -> Tensor");
+  m.def("bmm_rows(Tensor a, Tensor b, int isa) -> Tensor");
   m.def("rms_norm(Tensor x, float eps, int isa) -> Tensor");
   m.def("softmax(Tensor x, bool log, int isa) -> Tensor");
   m.def("mean(Tensor x, int isa) -> Tensor");
@@ -216,6 +239,7 @@ TORCH_LIBRARY(reasonserve, m) {
 TORCH_LIBRARY_IMPL(reasonserve, CPU, m) {
   m.impl("linear_packed", &reasonserve_native::linear_packed);
   m.impl("matmul_rows", &reasonserve_native::matmul_rows);
+  m.impl("bmm_rows", &reasonserve_native::bmm_rows);
   m.impl("rms_norm", &reasonserve_native::rms_norm);
   m.impl("softmax", &reasonserve_native::softmax);
   m.impl("mean", &reasonserve_native::mean);

@@ -58,6 +58,10 @@ def _register_fakes() -> None:
         "matmul_rows": lambda a, b, isa: a.new_empty_strided(
             (a.shape[0], b.shape[1]), (-(-b.shape[1] // 16) * 16, 1)
         ),
+        "bmm_rows": lambda a, b, isa: a.new_empty_strided(
+            (a.shape[0], a.shape[1], b.shape[2]),
+            (a.shape[1] * -(-b.shape[2] // 16) * 16, -(-b.shape[2] // 16) * 16, 1),
+        ),
         "rms_norm": lambda x, eps, isa: torch.empty_like(x),
         "softmax": lambda x, log, isa: torch.empty_like(x),
         "mean": lambda x, isa: x.new_empty((x.shape[0],)),

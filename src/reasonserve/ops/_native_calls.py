@@ -14,7 +14,7 @@ from torch.utils.weak import WeakIdKeyDictionary
 
 from reasonserve.ops import _native
 
-__all__ = ["PanelCache", "matmul_2d", "mean_rows", "paged", "rms_normed", "softmax_rows"]
+__all__ = ["PanelCache", "bmm", "matmul_2d", "mean_rows", "paged", "rms_normed", "softmax_rows"]
 
 _PANEL = 16
 
@@ -78,6 +78,14 @@ def matmul_2d(a: torch.Tensor, b: torch.Tensor, *, weight: bool = False, cache: 
     if b.dtype == torch.float32 and (b.shape[1] <= 1 or b.stride(1) == 1):
         return ops.matmul_rows(a32, b, isa)
     return ops.linear_packed(a32, pack_panels(b), b.shape[1], isa)
+
+
+def bmm(a3: torch.Tensor, b3: torch.Tensor) -> torch.Tensor:
+    """``a3 [E, M, K] @ b3 [E, K, N]`` in float32, one native call for all entries."""
+    b32 = b3.to(torch.float32)
+    if b32.shape[2] > 1 and b32.stride(2) != 1:
+        b32 = b32.contiguous()
+    return _native.ops().bmm_rows(_f32(a3), b32, _native.selected_isa())
 
 
 def rms_normed(rows: torch.Tensor, eps: float) -> torch.Tensor:

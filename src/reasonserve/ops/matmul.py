@@ -50,7 +50,7 @@ def _mm_2d(a: torch.Tensor, b: torch.Tensor, impl: str, *, weight: bool = False)
 # element-wise products and a pairwise tree instead of one BLAS call per tile and
 # entry: attention scores and weighted values of small heads are thousands of tiny
 # products, where per-call overhead dominates. The choice depends on (K, N) only,
-# never on the batch. The native path runs its kernel once per entry.
+# never on the batch. The native path runs all entries in one call.
 _TREE_MAX_KN = 1 << 14
 # Elements of the [E, rows, N, K] temporary per chunk of the tree form.
 _TREE_CHUNK_ELEMS = 1 << 22
@@ -67,7 +67,10 @@ def _tree_bmm(a3: torch.Tensor, b3: torch.Tensor) -> torch.Tensor:
 
 def _batched_mm(a3: torch.Tensor, b3: torch.Tensor, impl: str) -> torch.Tensor:
     k, n = b3.shape[1], b3.shape[2]
-    if k * n <= _TREE_MAX_KN and resolve_impl(impl, a3) == "torch":
+    which = resolve_impl(impl, a3)
+    if which == "native":
+        return _native_calls.bmm(a3, b3).to(a3.dtype)
+    if k * n <= _TREE_MAX_KN and which == "torch":
         acc = a3.dtype if a3.dtype == torch.float64 else torch.float32
         return _tree_bmm(a3.to(acc), b3.to(acc)).to(a3.dtype)
     out = [_mm_2d(a3[i], b3[i], impl) for i in range(a3.shape[0])]
