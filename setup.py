@@ -15,7 +15,10 @@ CSRC = os.path.join("src", "reasonserve", "_csrc")
 # -ffp-contract=off: no fused multiply-add the compiler picks by itself; the bits of
 # every variant must follow the order written in fixed_order.h. -fno-trapping-math
 # only lets compares become blends (no FP exception flags are read); values unchanged.
-CFLAGS = ["-O3", "-std=c++17", "-ffp-contract=off", "-fno-trapping-math", "-Wno-psabi"]
+CFLAGS = ["-O3", "-std=c++17", "-ffp-contract=off", "-fno-trapping-math", "-Wno-psabi", "-fopenmp"]
+# at::parallel_for is a header template over OpenMP: without -fopenmp it runs on one
+# thread. The libgomp.so.1 it links resolves, at run time, to the one torch has loaded.
+LDFLAGS = ["-fopenmp"]
 
 
 def _native():
@@ -36,7 +39,8 @@ def _native():
                 self.extensions = []
 
     ext = CppExtension(
-        "reasonserve._C", [os.path.join(CSRC, s) for s in SOURCES], extra_compile_args=CFLAGS
+        "reasonserve._C", [os.path.join(CSRC, s) for s in SOURCES], extra_compile_args=CFLAGS,
+        extra_link_args=LDFLAGS,
     )
     return [ext], {"build_ext": OptionalBuild.with_options(use_ninja=True)}
 

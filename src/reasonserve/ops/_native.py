@@ -31,7 +31,7 @@ __all__ = ["ISAS", "ISA_ENV", "available", "available_isas", "load_error", "ops"
 ISAS = ("generic", "avx2", "avx512")
 ISA_ENV = "REASONSERVE_CPU_ISA"
 _SOURCES = ("ops.cpp", "kernels_generic.cpp", "kernels_avx2.cpp", "kernels_avx512.cpp")
-_CFLAGS = ["-O3", "-std=c++17", "-ffp-contract=off", "-fno-trapping-math", "-Wno-psabi"]
+_CFLAGS = ["-O3", "-std=c++17", "-ffp-contract=off", "-fno-trapping-math", "-Wno-psabi", "-fopenmp"]
 _LOCK = threading.Lock()
 _STATE: dict[str, object] = {}
 
@@ -43,7 +43,8 @@ def _jit_build() -> None:
     csrc = pathlib.Path(__file__).resolve().parent.parent / "_csrc"
     sources = [str(csrc / name) for name in _SOURCES]
     cpp_extension.load(
-        name="reasonserve_native", sources=sources, extra_cflags=_CFLAGS, is_python_module=False
+        name="reasonserve_native", sources=sources, extra_cflags=_CFLAGS, extra_ldflags=["-fopenmp"],
+        is_python_module=False,
     )
 
 
