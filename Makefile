@@ -23,11 +23,11 @@ $(VENV)/.base: $(VENV)/.torch pyproject.toml $(NATIVE_SRC)
 	touch $@
 
 $(VENV)/.dev: $(VENV)/.torch pyproject.toml $(NATIVE_SRC)
-	$(PIP) $(EDITABLE) ".[dev,triton,embed]"
+	$(PIP) $(EDITABLE) ".[dev,triton,embed,grading]"
 	touch $@
 
 $(VENV)/.docs: $(VENV)/.dev
-	$(PIP) $(EDITABLE) ".[dev,triton,embed,docs]"
+	$(PIP) $(EDITABLE) ".[dev,triton,embed,grading,docs]"
 	touch $@
 
 demo: $(VENV)/.base
