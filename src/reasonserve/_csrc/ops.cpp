@@ -116,46 +116,35 @@ at::Tensor matmul_rows(const at::Tensor& a, const at::Tensor& b, int64_t isa) {
   return bmm_rows(a.unsqueeze(0), b.unsqueeze(0), isa).squeeze(0);
 }
 
-template <typename Fn>
-void rows_parallel(int64_t rows, int64_t cols, Fn fn) {
-  const int64_t grain = std::max<int64_t>(1, 16384 / std::max<int64_t>(cols, 1));
-  at::parallel_for(0, rows, grain, fn);
+// A row op over x [R, n] (float32, contiguous): `kernel(table, x, n, out, r0, r1)` on
+// row ranges split across threads; out is [R, n], or [R] when `one_per_row`.
+template <typename Kernel>
+at::Tensor map_rows(const at::Tensor& x, int64_t isa, bool one_per_row, Kernel kernel) {
+  check_f32(x, "x", 2);
+  TORCH_CHECK(x.is_contiguous(), "x must be contiguous");
+  const KernelTable* kt = table_for(isa);
+  at::Tensor out = one_per_row ? at::empty({x.size(0)}, x.options()) : at::empty_like(x);
+  const int64_t n = x.size(1), grain = std::max<int64_t>(1, 16384 / std::max<int64_t>(n, 1));
+  at::parallel_for(0, x.size(0), grain, [&](int64_t r0, int64_t r1) {
+    kernel(*kt, x.data_ptr<float>(), n, out.data_ptr<float>(), r0, r1);
+  });
+  return out;
 }
 
 at::Tensor rms_norm(const at::Tensor& x, double eps, int64_t isa) {
-  check_f32(x, "x", 2);
-  TORCH_CHECK(x.is_contiguous(), "x must be contiguous");
-  const KernelTable* kt = table_for(isa);
-  at::Tensor out = at::empty_like(x);
-  const int64_t n = x.size(1);
-  rows_parallel(x.size(0), n, [&](int64_t r0, int64_t r1) {
-    kt->rms_norm(x.data_ptr<float>(), n, static_cast<float>(eps), out.data_ptr<float>(), r0, r1);
-  });
-  return out;
+  const float e = static_cast<float>(eps);
+  return map_rows(x, isa, false, [e](const KernelTable& kt, const float* xp, int64_t n, float* o, int64_t r0,
+                                     int64_t r1) { kt.rms_norm(xp, n, e, o, r0, r1); });
 }
 
 at::Tensor softmax(const at::Tensor& x, bool log, int64_t isa) {
-  check_f32(x, "x", 2);
-  TORCH_CHECK(x.is_contiguous(), "x must be contiguous");
-  const KernelTable* kt = table_for(isa);
-  at::Tensor out = at::empty_like(x);
-  const int64_t n = x.size(1);
-  rows_parallel(x.size(0), n, [&](int64_t r0, int64_t r1) {
-    kt->softmax(x.data_ptr<float>(), n, log, out.data_ptr<float>(), r0, r1);
-  });
-  return out;
+  return map_rows(x, isa, false, [log](const KernelTable& kt, const float* xp, int64_t n, float* o, int64_t r0,
+                                       int64_t r1) { kt.softmax(xp, n, log, o, r0, r1); });
 }
 
 at::Tensor mean(const at::Tensor& x, int64_t isa) {
-  check_f32(x, "x", 2);
-  TORCH_CHECK(x.is_contiguous(), "x must be contiguous");
-  const KernelTable* kt = table_for(isa);
-  at::Tensor out = at::empty({x.size(0)}, x.options());
-  const int64_t n = x.size(1);
-  rows_parallel(x.size(0), n, [&](int64_t r0, int64_t r1) {
-    kt->mean(x.data_ptr<float>(), n, out.data_ptr<float>(), r0, r1);
-  });
-  return out;
+  return map_rows(x, isa, true, [](const KernelTable& kt, const float* xp, int64_t n, float* o, int64_t r0,
+                                   int64_t r1) { kt.mean(xp, n, o, r0, r1); });
 }
 
 int cache_dtype(const at::Tensor& t) {

@@ -73,19 +73,21 @@ def _register_fakes() -> None:
 
 
 def _load() -> bool:
+    if "ok" in _STATE:  # every op call asks: no lock once the answer is known
+        return bool(_STATE["ok"])
     with _LOCK:
         if "ok" in _STATE:
             return bool(_STATE["ok"])
         try:
             importlib.import_module("reasonserve._C")
-            _STATE["ok"] = True
             _register_fakes()
+            _STATE["ok"] = True
         except ImportError as err:
             _STATE["error"] = f"reasonserve._C not built ({err})"
             try:
                 _jit_build()
-                _STATE["ok"] = True
                 _register_fakes()
+                _STATE["ok"] = True
             except Exception as jit_err:  # no compiler, no ninja, a compile error
                 _STATE["error"] = f"{_STATE['error']}; building it now failed: {jit_err}"
                 _STATE["ok"] = False
