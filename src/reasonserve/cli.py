@@ -176,6 +176,15 @@ def _first(folder: pathlib.Path, pattern: str) -> str:
     return str(found[0])
 
 
+def _reporting_errors(command: str, run) -> int:
+    """``run()``'s exit code, or 2 with a one-line message for a typed error."""
+    try:
+        return run()
+    except ReasonserveError as exc:
+        print(f"reasonserve {command}: error: {exc}", file=sys.stderr)
+        return 2
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "demo":
@@ -188,21 +197,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return run_demo(batches=args.batches, seed=args.seed, json_path=args.json, out=sys.stdout)
     if args.command in ("replay", "calibrate"):
         # Calibration is the cross-validated selection inside replay; it prints its choice.
-        try:
-            return _replay(args, sys.stdout)
-        except ReasonserveError as exc:
-            print(f"reasonserve {args.command}: error: {exc}", file=sys.stderr)
-            return 2
+        return _reporting_errors(args.command, lambda: _replay(args, sys.stdout))
     if args.command == "serve":
         return _serve(args)
     if args.command == "sim":
         from reasonserve.sim.cli import run_sim
 
-        try:
-            return run_sim(args, sys.stdout)
-        except ReasonserveError as exc:
-            print(f"reasonserve sim: error: {exc}", file=sys.stderr)
-            return 2
+        return _reporting_errors("sim", lambda: run_sim(args, sys.stdout))
     if args.command == "check-determinism":
         from reasonserve.ops.check import print_verdict
 
