@@ -69,46 +69,13 @@ class Scheduler:
     # views ---------------------------------------------------------------------------
     def view(self) -> SchedulerView:
         def waiting(s: Sequence) -> RequestView:
-            return RequestView(
-                s.request_id,
-                s.arrival_s,
-                s.phase,
-                len(s.prompt),
-                s.num_computed,
-                len(s.output),
-                s.params.priority,
-                0,
-                self.admission_blocks(s),
-                s.enqueued_s,
-                0,
-                s.params.max_tokens,
-                s.program_id,
-                s.prefix_hashes,
-                s.params.deterministic,
-                s.swapped is not None,
-            )
+            return _request_view(s, 0, self.admission_blocks(s), 0, s.swapped is not None)
 
         growth = self._growth = {s.request_id: self.growth(s) for s in self.running}
 
         def running(s: Sequence) -> RequestView:
-            return RequestView(
-                s.request_id,
-                s.arrival_s,
-                s.phase,
-                len(s.prompt),
-                s.num_computed,
-                len(s.output),
-                s.params.priority,
-                self.blocks.exclusive(s.block_table),
-                growth[s.request_id],
-                s.enqueued_s,
-                s.quantum_used,
-                s.params.max_tokens,
-                s.program_id,
-                s.prefix_hashes,
-                s.params.deterministic,
-                False,
-            )
+            held = self.blocks.exclusive(s.block_table)
+            return _request_view(s, held, growth[s.request_id], s.quantum_used, False)
 
         cfg = self.config
         return SchedulerView(
@@ -206,3 +173,12 @@ class Scheduler:
                 self.preempt(blocked[-1], self.config.preemption)
                 return self._hand_out(Plan(order=plan.order, budgets=plan.budgets))
         return out
+
+
+def _request_view(s: Sequence, blocks_held: int, blocks_needed: int, quantum_used: int, swapped: bool):
+    """The frozen view of one request; the queue decides the blocks and quantum fields."""
+    return RequestView(
+        s.request_id, s.arrival_s, s.phase, len(s.prompt), s.num_computed, len(s.output), s.params.priority,
+        blocks_held, blocks_needed, s.enqueued_s, quantum_used, s.params.max_tokens, s.program_id,
+        s.prefix_hashes, s.params.deterministic, swapped,
+    )  # fmt: skip
