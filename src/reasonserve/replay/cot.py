@@ -77,10 +77,11 @@ def trace_trajectory(key, run: str, text: str, final_answer: str | None, target:
     answers = _answers_by_end(text)
     ends = [e for e, _ in answers]
     classes = AnswerClasses()
-    positions, counted = [], []
+    positions, counted, raw = [], [], []
     for t in range(interval_tokens, len(token_ends), interval_tokens):
         i = bisect.bisect_right(ends, token_ends[t - 1]) - 1
-        counted.append(classes.add(answers[i][1]) if i >= 0 else -1)
+        raw.append(answers[i][1] if i >= 0 else None)
+        counted.append(classes.add(raw[-1]))
         positions.append(t)
     final_cid = classes.add(final_answer) if final_answer else -1
     correct = tuple(equivalent(classes.representative(c), target) for c in range(len(classes)))
@@ -88,7 +89,7 @@ def trace_trajectory(key, run: str, text: str, final_answer: str | None, target:
     return Trajectory(key, run, target, len(token_ends), final_cid,
                       bool(final_answer) and equivalent(final_answer, target), False, tuple(positions),
                       tuple(counted), tuple(counted), correct, run_at, current_at,
-                      interval=interval_tokens)  # fmt: skip
+                      interval=interval_tokens, answers=tuple(raw))  # fmt: skip
 
 
 def load_traces(path: str | pathlib.Path, *, interval_tokens: int = 64) -> list[Trajectory]:

@@ -13,11 +13,20 @@ from dataclasses import dataclass
 
 from reasonserve.certainindex.calibration import Outcome
 from reasonserve.certainindex.probe_consistency import ProbeConsistency
+from reasonserve.certainindex.stopping import StoppingRule
 from reasonserve.certainindex.tv_stability import TVStability
 from reasonserve.core.errors import InvalidArgumentError
 from reasonserve.replay.probe_runs import Trajectory
 
-__all__ = ["OracleRule", "TVRule", "TargetOracleRule", "TokenWindowRule", "WindowRule", "evaluate"]
+__all__ = [
+    "OracleRule",
+    "TVRule",
+    "TargetOracleRule",
+    "TokenWindowRule",
+    "WindowRule",
+    "evaluate",
+    "online_first_stop",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,13 +165,34 @@ class TargetOracleRule:
         return next(((i, c) for i, c in enumerate(tr.raw_classes) if c >= 0), None)
 
 
+def online_first_stop(rule: StoppingRule, tr: Trajectory) -> tuple[int, int] | None:
+    """Feed ``tr``'s probes to a fresh state of ``rule``, as a host would; the first stop.
+
+    The exit answer is mapped back to its class among ``tr``'s probe answers.
+    """
+    state = rule.start()
+    for i, obs in enumerate(tr.observations()):
+        decision = state.observe(obs)
+        if decision.stop:
+            cid = tr.class_of(decision.answer)
+            if cid < 0:
+                raise InvalidArgumentError(f"{rule.name}: exit answer {decision.answer!r} is no probe answer")
+            return i, cid
+    return None
+
+
 def evaluate(rule, trajectories: Sequence[Trajectory]) -> Outcome:
-    """Replay ``rule`` over ``trajectories``; cost in reasoning tokens."""
+    """Replay ``rule`` over ``trajectories``; cost in reasoning tokens.
+
+    ``rule`` is a replay rule (``first_stop(tr)``) or a
+    :class:`~reasonserve.certainindex.stopping.StoppingRule`, replayed through its
+    incremental ``observe`` (:func:`online_first_stop`).
+    """
     correct = cost = base_correct = base_cost = 0.0
     for tr in trajectories:
         base_correct += tr.final_correct
         base_cost += tr.tokens_used
-        stop = rule.first_stop(tr)
+        stop = rule.first_stop(tr) if hasattr(rule, "first_stop") else online_first_stop(rule, tr)
         if stop is None:
             correct += tr.final_correct
             cost += tr.tokens_used

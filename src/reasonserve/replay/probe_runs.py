@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from reasonserve.certainindex.answers import extract_probe_answer
 from reasonserve.certainindex.equivalence import AnswerClasses, equivalent
 from reasonserve.certainindex.probe_consistency import ProbeConsistency
+from reasonserve.certainindex.stopping import ProbeObservation
 from reasonserve.core.errors import InvalidArgumentError
 from reasonserve.replay._jsonl import read_jsonl
 
@@ -55,6 +56,25 @@ class Trajectory:
     current_at: tuple[int, ...]  # after probe i: class of the latest counted answer (-1: none)
     finished: bool | None = None  # ended on its own (False: hit the token budget; None: not recorded)
     interval: int = 0  # tokens between probes (0: not recorded; see probe_interval())
+    answers: tuple[str | None, ...] = ()  # raw probe answer per probe (empty: not kept)
+    texts: tuple[str, ...] = ()  # raw probe text per probe ("" where not recorded)
+    tails: tuple[str, ...] = ()  # reasoning text since the previous probe (empty: not kept)
+
+    def observations(self) -> list[ProbeObservation]:
+        """The probes as a host would hand them to a stopping rule, in order."""
+        if len(self.answers) != len(self.positions):
+            raise InvalidArgumentError(f"{self.run} {self.key}: raw probe answers were not kept")
+        texts = self.texts or ("",) * len(self.positions)
+        tails = self.tails or ("",) * len(self.positions)
+        rows = zip(self.positions, self.answers, texts, tails, strict=True)
+        return [ProbeObservation(p, a, t, r) for p, a, t, r in rows]
+
+    def class_of(self, answer: str | None) -> int:
+        """Class id of a raw probe answer of this trajectory (-1: not one of them)."""
+        for a, c in zip(self.answers, self.raw_classes, strict=False):
+            if a == answer and c >= 0:
+                return c
+        return -1
 
     def probe_interval(self) -> int:
         """Tokens between probes: recorded, else the smallest gap between probe positions."""
@@ -114,10 +134,13 @@ def _trajectory(
     run: str, label: dict, probes: list[dict], gate: ProbeConsistency, interval: int, grade: Grade
 ) -> Trajectory:
     classes = AnswerClasses()
-    raw, counted, positions = [], [], []
+    raw, counted, positions, answers, texts = [], [], [], [], []
     for row in probes:
         text = row.get("probe_text")
-        cid = classes.add((extract_probe_answer(text) if text else row.get("probe_answer")) or None)
+        answer = (extract_probe_answer(text) if text else row.get("probe_answer")) or None
+        cid = classes.add(answer)
+        answers.append(answer)
+        texts.append(text or "")
         raw.append(cid)
         counted.append(cid if gate.is_confident(text) else -1)
         positions.append(row["token_position"])
@@ -143,6 +166,8 @@ def _trajectory(
         current_at=current_at,
         finished=None if label.get("finished_naturally") is None else bool(label["finished_naturally"]),
         interval=interval,
+        answers=tuple(answers),
+        texts=tuple(texts),
     )
 
 
