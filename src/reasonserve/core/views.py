@@ -47,11 +47,22 @@ class RequestView(NamedTuple):
 
 @dataclass(frozen=True, slots=True)
 class ProgramView:
-    """A reasoning program (e.g. the samples of one self-consistency question)."""
+    """A reasoning program (e.g. the samples of one self-consistency question).
+
+    A host that runs programs (the simulator's program runtime) also reports their
+    progress, what Dynasor's scheduler reads (SPEC 2.1): ``knob`` units of compute done
+    (samples, iterations finished), ``max_knob`` its cap (0: unknown), ``certainty`` its
+    certainindex after ``knob`` units (None: not read yet) and ``done`` once its
+    allocation denied more compute. A host that only groups requests leaves the defaults.
+    """
 
     program_id: str
     request_ids: tuple[str, ...]
     arrival_s: float
+    knob: int = 0
+    max_knob: int = 0
+    certainty: float | None = None
+    done: bool = False
 
 
 @dataclass(frozen=True, slots=True)
