@@ -52,7 +52,7 @@ class SimInstance:
         quantum = s.quantum_used if running else 0
         return RequestView(r.request_id, r.arrival_s, s.phase, r.prompt_tokens, s.num_computed, s.num_output,
                            0, s.num_blocks, max(0, need), s.enqueued_s, quantum, r.output_tokens,
-                           r.program_id, (), False, s.swapped)  # fmt: skip
+                           r.program_id, r.prefix_hashes, False, s.swapped)  # fmt: skip
 
     def admission_blocks(self, s: SimSequence) -> int:
         return self.blocks_for(s.num_computed if s.swapped else s.num_tokens)

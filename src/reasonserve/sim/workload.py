@@ -20,6 +20,7 @@ class SimRequest:
     reasoning_tokens: int  # output tokens up to and including the end-of-thinking token
     answer_tokens: int
     program_id: str | None = None
+    prefix_hashes: tuple[int, ...] = ()  # one per full prompt block, chained (for LPM)
 
     def __post_init__(self) -> None:
         if self.prompt_tokens < 1 or self.reasoning_tokens < 0 or self.answer_tokens < 0:
