@@ -27,7 +27,7 @@ from reasonserve.engine.model import DecoderModel
 from reasonserve.engine.model_runner import Chunk, ModelRunner
 from reasonserve.engine.outputs import RequestOutput
 from reasonserve.engine.probe import probe
-from reasonserve.engine.requests import check_prompt, prefix_hashes
+from reasonserve.engine.requests import check_committed, check_prompt, prefix_hashes
 from reasonserve.engine.sampling_params import SamplingParams
 from reasonserve.engine.scheduler import Scheduler
 from reasonserve.engine.sequence import Sequence as Seq
@@ -86,10 +86,15 @@ class Engine:
         request_id: str | None = None,
         *,
         program_id: str | None = None,
+        committed_output: Sequence[int] = (),
     ) -> str:
         """Queue a prompt (token ids, or text when the engine has a tokenizer). Raises
         InvalidArgumentError for bad input, a duplicate live id, or a request that can never
-        fit (prompt + max_tokens over ``max_model_len`` or over the whole KV cache)."""
+        fit (prompt + max_tokens over ``max_model_len`` or over the whole KV cache).
+
+        ``committed_output``: output tokens this request already committed elsewhere (a
+        migration): they count as final output and are re-prefilled here (their KV is
+        recomputed, not copied); sampling goes on at the next position with the same seed."""
         params = params if params is not None else SamplingParams()
         if isinstance(prompt, str):
             if self.tokenizer is None:
@@ -122,6 +127,8 @@ class Engine:
         )
         if self.config.mode == "dvr" and not params.deterministic:
             seq.kv_salt = "stock"  # its prompt runs on the fast path: keep its blocks apart
+        if committed_output:
+            seq.restore(check_committed(committed_output, params, self.model.cfg.vocab_size), seq.arrival_s)
         self.scheduler.add(seq)
         return rid
 

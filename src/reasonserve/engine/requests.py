@@ -8,7 +8,7 @@ from reasonserve.core.errors import InvalidArgumentError
 from reasonserve.engine.block_manager import BlockManager
 from reasonserve.engine.sampling_params import SamplingParams
 
-__all__ = ["check_prompt", "check_tokens", "prefix_hashes"]
+__all__ = ["check_committed", "check_prompt", "check_tokens", "prefix_hashes"]
 
 
 def check_tokens(tokens: object, vocab: int, name: str = "prompt") -> list[int]:
@@ -40,6 +40,18 @@ def check_prompt(
         raise InvalidArgumentError(
             f"prompt ({len(tokens)} tokens) + max_tokens ({params.max_tokens}) = {total} "
             f"exceeds the whole KV cache ({kv_tokens} tokens)"
+        )
+    return tokens
+
+
+def check_committed(committed: Sequence[int], params: SamplingParams, vocab: int) -> list[int]:
+    """Output tokens committed elsewhere (a migrated request), as a list; there must be
+    room for at least one more token under ``max_tokens``."""
+    tokens = check_tokens(committed, vocab, "committed_output")
+    if len(tokens) >= params.max_tokens:
+        raise InvalidArgumentError(
+            f"committed_output has {len(tokens)} tokens: nothing left to generate under "
+            f"max_tokens={params.max_tokens}"
         )
     return tokens
 

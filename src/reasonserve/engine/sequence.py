@@ -125,6 +125,13 @@ class Sequence:
         self.output.append(token)
         self.token_times.append(now)
 
+    def restore(self, committed: list[int], now: float) -> None:
+        """Start from output tokens committed elsewhere (migration): all are final; their
+        KV is computed by the next prefill (``num_computed`` stays 0)."""
+        for token in committed:
+            self.append(token, now)
+        self.dvr.verified = len(committed)
+
     def truncate(self, n: int) -> None:
         """Keep the first ``n`` output tokens (rollback)."""
         del self.output[n:], self.token_times[n:]
