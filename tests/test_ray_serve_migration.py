@@ -5,8 +5,8 @@ state is a typed error. The Ray-level migration test is in test_ray_serve.py."""
 from __future__ import annotations
 
 import pytest
-from _live_server import tiny_engine
 
+from _live_server import tiny_engine
 from reasonserve.core.errors import InvalidArgumentError
 from reasonserve.engine import EngineConfig, SamplingParams
 
