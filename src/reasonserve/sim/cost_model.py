@@ -7,6 +7,11 @@ reads its context once per step) and the KV written. Efficiencies and the overhe
 fixed constants (below), not fitted to any paper: ``compute_efficiency=0.6`` and
 ``bandwidth_efficiency=0.8`` are typical achieved fractions of peak for large GEMMs and
 streaming reads, ``step_overhead_s=0.002`` covers scheduling and launches.
+
+Migrating a request's KV to another instance costs ``migration_s_per_2048_tokens=0.040``
+seconds per 2048 tokens, linear in the tokens moved: the figure PASCAL §IV-B quotes from
+Splitwise (Patel et al.) for one KV transfer; contention between concurrent transfers is
+not modelled.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ class RooflineCostModel:
     compute_efficiency: float = 0.6
     bandwidth_efficiency: float = 0.8
     step_overhead_s: float = 0.002
+    migration_s_per_2048_tokens: float = 0.040
 
     def __post_init__(self) -> None:
         for fname in ("compute_efficiency", "bandwidth_efficiency"):
@@ -36,6 +42,9 @@ class RooflineCostModel:
                 raise InvalidArgumentError(f"{fname} must be in (0, 1], got {value!r}")
         if not isinstance(self.step_overhead_s, (int, float)) or self.step_overhead_s < 0:
             raise InvalidArgumentError(f"step_overhead_s must be >= 0, got {self.step_overhead_s!r}")
+        m = self.migration_s_per_2048_tokens
+        if isinstance(m, bool) or not isinstance(m, (int, float)) or m < 0:
+            raise InvalidArgumentError(f"migration_s_per_2048_tokens must be >= 0, got {m!r}")
 
     def step_s(self, chunks: Sequence[tuple[int, int]]) -> float:
         """Seconds for one step; ``chunks``: (tokens computed, context before them) per sequence
@@ -57,6 +66,10 @@ class RooflineCostModel:
     def swap_s(self, num_tokens: int) -> float:
         """Copying ``num_tokens`` tokens of KV over the host link (one direction)."""
         return num_tokens * self.model.kv_bytes_per_token / self.hardware.host_link_bytes_s
+
+    def migrate_s(self, num_tokens: int) -> float:
+        """Moving ``num_tokens`` tokens of KV to another instance (PASCAL's ~40 ms / 2048)."""
+        return num_tokens * self.migration_s_per_2048_tokens / 2048
 
     def kv_capacity_tokens(self, gpu_memory_utilization: float = 0.9) -> int:
         """Tokens of KV that fit beside the weights (vLLM's default utilization 0.9)."""

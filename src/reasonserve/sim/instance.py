@@ -30,6 +30,7 @@ class SimInstance:
         self.running: list[SimSequence] = []
         self.by_id: dict[str, SimSequence] = {}
         self.finished: list[SimSequence] = []
+        self.transitions: list[SimSequence] = []  # reached end of thinking this step (still running)
         self.steps = 0
 
     def blocks_for(self, tokens: int) -> int:
@@ -73,7 +74,9 @@ class SimInstance:
         fresh = sum(1 for s in self.running if s.phase is Phase.ANSWERING and s.quantum_used == 0)
         fresh += sum(1 for s in self.waiting if s.phase is Phase.ANSWERING)
         used = self.total_blocks - self.free_blocks
-        return InstanceLoad(self.instance_id, used + self.host_blocks, not behind, reasoning, fresh)
+        return InstanceLoad(
+            self.instance_id, used + self.host_blocks, not behind, reasoning, fresh, self.free_blocks
+        )
 
     # one step --------------------------------------------------------------------------
     def step(self, now_s: float) -> float:
@@ -152,8 +155,38 @@ class SimInstance:
         for s, n in work:
             s.num_computed += n
             s.quantum_used += n
-            if s.num_computed == s.num_tokens and s.emit(end_s):
-                self._finish(s, "length", end_s)
+            if s.num_computed == s.num_tokens:
+                if s.emit(end_s):
+                    self._finish(s, "length", end_s)
+                elif s.num_output == s.req.reasoning_tokens:
+                    self.transitions.append(s)
+
+    # migration (PASCAL Algorithm 2) ------------------------------------------------------
+    def release(self, s: SimSequence) -> int:
+        """Take running ``s`` out to migrate it; returns the blocks its computed KV fills."""
+        self.free_blocks += s.num_blocks
+        s.num_blocks, s.status = 0, "migrating"
+        self.running.remove(s)
+        del self.by_id[s.request_id]
+        return self.blocks_for(s.num_computed)
+
+    def receive(self, s: SimSequence, now_s: float) -> bool:
+        """Land migrated ``s`` with all its KV: in GPU blocks as a running request when they
+        (and a seat) are free, else staged in host memory as a swapped waiting request.
+        Returns True when it landed on the GPU."""
+        blocks = self.blocks_for(s.num_computed)
+        self.by_id[s.request_id] = s
+        s.num_migrations += 1
+        s.quantum_used = 0
+        if blocks < self.free_blocks and len(self.running) < self.config.max_num_seqs:
+            self.free_blocks -= blocks
+            s.num_blocks, s.status, s.swapped = blocks, "running", False
+            self.running.append(s)
+            return True
+        self.host_blocks += blocks
+        s.num_blocks, s.status, s.swapped, s.enqueued_s = 0, "waiting", True, now_s
+        self.waiting.append(s)
+        return False
 
     def _finish(self, s: SimSequence, reason: str, now_s: float) -> None:
         if s.status == "running":

@@ -79,5 +79,6 @@ def summarize(result: SimResult) -> dict:
         "throughput_tokens_s": tokens / (result.end_s - first) if result.end_s > first else 0.0,
         "makespan_s": result.end_s - first,
         "preemptions": sum(r["preemptions"] for r in rows),
+        "migrations": len(result.migrations),
         "steps": result.steps,
     }

@@ -27,6 +27,7 @@ class SimSequence:
     finish_reason: str | None = None
     num_preemptions: int = 0
     num_swaps: int = 0
+    num_migrations: int = 0
 
     @property
     def request_id(self) -> str:

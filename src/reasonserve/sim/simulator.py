@@ -1,13 +1,15 @@
 """The discrete-event loop: arrivals are placed by a router policy, each instance runs
 steps back to back while it has work, and time jumps from event to event (the earliest
 arrival or step end). Deterministic: the workload is seeded, ties go to arrivals, then
-to the lowest instance index."""
+to the lowest instance index. A request reaching its end of thinking is placed again by
+the router (PASCAL Algorithm 2); a migration lands after the cost model's transfer time
+(ties: arrivals, then landings, then steps)."""
 
 from __future__ import annotations
 
 import heapq
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from reasonserve.core.errors import InvalidArgumentError, PolicyError
 from reasonserve.core.phase import Phase
@@ -16,6 +18,7 @@ from reasonserve.policies.pacer import TokenPacer
 from reasonserve.policies.router import LeastKVRouter, Router
 from reasonserve.sim.config import SimConfig
 from reasonserve.sim.instance import SimInstance
+from reasonserve.sim.migration import MigrationRecord, Migrations
 from reasonserve.sim.sequence import SimSequence
 from reasonserve.sim.workload import SimRequest
 
@@ -30,7 +33,8 @@ class SimResult:
     sequences: tuple[SimSequence, ...]  # every request, finished, in id order
     end_s: float
     steps: int
-    placements: dict[str, str]  # request id -> instance id
+    placements: dict[str, str]  # request id -> instance id (where it was first placed)
+    migrations: tuple[MigrationRecord, ...] = ()  # in landing order
 
 
 def _arrival_view(req: SimRequest) -> RequestView:
@@ -54,6 +58,92 @@ def _check_requests(requests: Sequence[SimRequest], config: SimConfig) -> list[S
     return sorted(requests, key=lambda r: (r.arrival_s, r.request_id))
 
 
+class _Loop:
+    """The event loop's state: instances, pending step events, in-flight migrations."""
+
+    def __init__(self, config: SimConfig, policy_factory: Callable[[], object], router: Router) -> None:
+        self.config, self.router = config, router
+        self.cost, self.pacer = config.cost_model(), TokenPacer(config.tpot_slo_s)
+        self.instances = [
+            SimInstance(str(i), config, self.cost, policy_factory()) for i in range(config.num_instances)
+        ]
+        self.index = {inst.instance_id: k for k, inst in enumerate(self.instances)}
+        self.events: list[tuple[float, int]] = []  # (time the instance's next step starts, index)
+        self.scheduled = [False] * len(self.instances)
+        self.placements: dict[str, str] = {}
+        self.moving = Migrations()
+
+    def wake(self, k: int, now: float) -> None:
+        if not self.scheduled[k]:
+            heapq.heappush(self.events, (now, k))
+            self.scheduled[k] = True
+
+    def target(self, chosen: object) -> int:
+        k = self.index.get(str(chosen))
+        if k is None:
+            raise PolicyError(f"router {self.router.name!r} chose unknown instance {chosen!r}")
+        return k
+
+    def arrive(self, req: SimRequest, now: float) -> None:
+        loads = [inst.load(now, self.pacer) for inst in self.instances]
+        k = self.target(self.router.route(_arrival_view(req), loads))
+        self.instances[k].add(req, now)
+        self.placements[req.request_id] = self.instances[k].instance_id
+        self.wake(k, now)
+
+    def transition(self, src: SimInstance, seq: SimSequence, now: float) -> None:
+        """Ask the router where ``seq``'s answering phase runs; start a migration if elsewhere."""
+        if seq.status != "running":
+            return
+        loads = [inst.load(now, self.pacer) for inst in self.instances]
+        need = src.blocks_for(seq.num_computed)
+        k = self.target(self.router.route_transition(src.request_view(seq), src.instance_id, loads, need))
+        if self.instances[k] is src:
+            return
+        tokens = seq.num_computed
+        blocks = src.release(seq)
+        end = now + self.cost.migrate_s(tokens)
+        record = MigrationRecord(seq.request_id, src.instance_id, self.instances[k].instance_id, now, end,
+                                 tokens, blocks)  # fmt: skip
+        self.moving.start(seq, record, k)
+
+    def land(self) -> None:
+        seq, record, k = self.moving.pop()
+        dst = self.instances[k]
+        on_gpu = dst.receive(seq, record.end_s)
+        blocks_in = seq.num_blocks if on_gpu else dst.blocks_for(seq.num_computed)
+        self.moving.done.append(replace(record, blocks_in=blocks_in, on_gpu=on_gpu))
+        self.wake(k, record.end_s)
+
+    def check(self) -> None:
+        """Every instance's KV accounting holds and every live request is in exactly one
+        place (one instance's queues or in flight)."""
+        seen: list[str] = [s.request_id for s in self.moving.in_flight()]
+        for inst in self.instances:
+            inst.check_blocks()
+            seen += [s.request_id for s in inst.waiting + inst.running]
+            if len(inst.by_id) != len(inst.waiting) + len(inst.running):
+                raise PolicyError(f"instance {inst.instance_id}: request index out of step with its queues")
+        if len(seen) != len(set(seen)):
+            raise PolicyError("a request is in two places at once")
+
+    def step(self, now: float, k: int, check: bool) -> None:
+        if now > self.config.max_sim_s:
+            raise PolicyError(
+                f"simulation passed max_sim_s={self.config.max_sim_s}; a policy is not making progress"
+            )
+        inst = self.instances[k]
+        duration = inst.step(now)
+        moved, inst.transitions = inst.transitions, []
+        for seq in moved:
+            self.transition(inst, seq, now + duration)
+        if check:
+            self.check()
+        self.scheduled[k] = inst.has_work and duration > 0
+        if self.scheduled[k]:
+            heapq.heappush(self.events, (now + duration, k))
+
+
 def simulate(
     requests: Sequence[SimRequest],
     config: SimConfig,
@@ -62,45 +152,30 @@ def simulate(
     *,
     check_every_step: bool = False,
 ) -> SimResult:
-    """Run ``requests`` to completion; ``policy_factory()`` makes each instance's policy."""
+    """Run ``requests`` to completion; ``policy_factory()`` makes each instance's policy.
+    At each request's reasoning->answering transition ``router.route_transition`` places
+    its answering phase (PASCAL Algorithm 2); moving it costs ``cost.migrate_s``."""
     arrivals = _check_requests(requests, config)
-    placer: Router = router if router is not None else LeastKVRouter()
-    cost, pacer = config.cost_model(), TokenPacer(config.tpot_slo_s)
-    instances = [SimInstance(str(i), config, cost, policy_factory()) for i in range(config.num_instances)]
-    events: list[tuple[float, int]] = []  # (time the instance's next step starts, index)
-    scheduled = [False] * len(instances)
-    placements: dict[str, str] = {}
-    now, i = 0.0, 0
-    while i < len(arrivals) or events:
-        if i < len(arrivals) and (not events or arrivals[i].arrival_s <= events[0][0]):
-            req = arrivals[i]
-            now, i = req.arrival_s, i + 1
-            loads = [inst.load(now, pacer) for inst in instances]
-            target = str(placer.route(_arrival_view(req), loads))
-            k = next((j for j, inst in enumerate(instances) if inst.instance_id == target), None)
-            if k is None:
-                raise PolicyError(f"router {placer.name!r} chose unknown instance {target!r}")
-            instances[k].add(req, now)
-            placements[req.request_id] = target
-            if not scheduled[k]:
-                heapq.heappush(events, (now, k))
-                scheduled[k] = True
-            continue
-        now, k = heapq.heappop(events)
-        if now > config.max_sim_s:
-            raise PolicyError(
-                f"simulation passed max_sim_s={config.max_sim_s}; a policy is not making progress"
-            )
-        inst = instances[k]
-        duration = inst.step(now)
-        if check_every_step:
-            inst.check_blocks()
-        scheduled[k] = inst.has_work and duration > 0
-        if scheduled[k]:
-            heapq.heappush(events, (now + duration, k))
+    loop = _Loop(config, policy_factory, router if router is not None else LeastKVRouter())
+    now, i, inf = 0.0, 0, float("inf")
+    while i < len(arrivals) or loop.events or len(loop.moving):
+        t_arrival = arrivals[i].arrival_s if i < len(arrivals) else inf
+        t_step = loop.events[0][0] if loop.events else inf
+        t_land = loop.moving.next_s()
+        if t_arrival <= t_land and t_arrival <= t_step:
+            now, i = t_arrival, i + 1
+            loop.arrive(arrivals[i - 1], now)
+        elif t_land <= t_step:
+            now = t_land
+            loop.land()
+        else:
+            now, k = heapq.heappop(loop.events)
+            loop.step(now, k, check_every_step)
+    instances = loop.instances
     stuck = [s.request_id for inst in instances for s in inst.waiting + inst.running]
     if stuck:
         raise PolicyError(f"{len(stuck)} requests never finished (first: {stuck[0]}); the policy stalled")
     seqs = sorted((s for inst in instances for s in inst.finished), key=lambda s: s.request_id)
-    return SimResult(config, instances[0].policy_name, placer.name,
-                     tuple(seqs), now, sum(inst.steps for inst in instances), placements)  # fmt: skip
+    return SimResult(config, instances[0].policy_name, loop.router.name, tuple(seqs), now,
+                     sum(inst.steps for inst in instances), loop.placements,
+                     tuple(loop.moving.done))  # fmt: skip
