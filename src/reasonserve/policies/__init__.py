@@ -21,13 +21,21 @@ from reasonserve.policies.base import (
 )
 from reasonserve.policies.dynasor import DynasorPolicy
 from reasonserve.policies.fcfs import FCFSPolicy
+from reasonserve.policies.flashtts import (
+    LookaheadVerification,
+    PrefixAwarePolicy,
+    RooflineKVAllocator,
+    SelectSpec,
+    TwoPhaseSpeculation,
+)
 from reasonserve.policies.lpm import LPMPolicy
 from reasonserve.policies.pascal import PascalPolicy
 from reasonserve.policies.round_robin import RoundRobinPolicy
 
 #: Policies by name, for the CLI and configs.
 REGISTRY = {"fcfs": FCFSPolicy, "round_robin": RoundRobinPolicy, "pascal": PascalPolicy,
-            "dynasor": DynasorPolicy, "app_fifo": AppFIFOPolicy, "lpm": LPMPolicy}  # fmt: skip
+            "dynasor": DynasorPolicy, "app_fifo": AppFIFOPolicy, "lpm": LPMPolicy,
+            "flashtts_prefix": PrefixAwarePolicy}  # fmt: skip
 
 __all__ = [
     "REGISTRY",
@@ -35,14 +43,19 @@ __all__ = [
     "Admit",
     "Decision",
     "FCFSPolicy",
+    "LookaheadVerification",
     "Migrate",
     "Order",
     "Preempt",
+    "PrefixAwarePolicy",
     "RequestView",
+    "RooflineKVAllocator",
     "RoundRobinPolicy",
     "SchedulerView",
     "SchedulingPolicy",
+    "SelectSpec",
     "Stop",
     "TokenBudget",
+    "TwoPhaseSpeculation",
     "check_policy",
 ]

@@ -1,0 +1,160 @@
+"""Roofline-guided KV allocation between the generator (decode) and the verifier (prefill)
+(FlashTTS §4.3), with the offloading variant (§4.3.2).
+
+For ``N`` beams, verifier sequences of ``S`` tokens and a decode horizon of ``S_dec`` tokens:
+
+    T_tot = ceil(N / B_pre) * T_pre(B_pre, S) + ceil(N / B_dec) * S_dec * T_dec(B_dec, S_dec / 2)
+    subject to B_pre * KV_ver(S) + B_dec * KV_gen(S_dec) <= M
+
+``T_pre`` and ``T_dec`` are the simulator's roofline step times
+(:meth:`reasonserve.sim.cost_model.RooflineCostModel.step_s`), one cost model per model.
+The search is the paper's linear search over ``B_pre`` with ``B_dec`` on the memory
+boundary, ties to the larger ``B_dec``. Two exact shortcuts keep it fast: only the smallest
+batch with a given number of waves ``ceil(N / B)`` can be optimal (time per wave grows
+with the batch), so only ``B = ceil(N / q)`` are evaluated; and a decode budget of ``B_dec``
+sequences runs the best such batch that fits in it, so more memory is never slower (which
+makes the paper's boundary argument hold even where ``ceil`` breaks monotonicity).
+
+Offloading: each model gets all of ``M`` while it runs and the other's KV waits in host
+memory; each generation/verification switch moves both models' KV out and back in over
+the host link (:meth:`~reasonserve.sim.cost_model.RooflineCostModel.swap_s`). The faster
+plan wins.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from reasonserve.core.errors import InvalidArgumentError
+from reasonserve.sim.cost_model import RooflineCostModel
+
+__all__ = ["KVPlan", "RooflineKVAllocator"]
+
+
+@dataclass(frozen=True, slots=True)
+class KVPlan:
+    """``prefill_batch``/``decode_batch``: the batches run; ``verifier_kv_bytes`` and
+    ``generator_kv_bytes``: the split of ``M`` (each is all of ``M`` when ``offload``)."""
+
+    offload: bool
+    prefill_batch: int
+    decode_batch: int
+    verifier_kv_bytes: float
+    generator_kv_bytes: float
+    total_s: float
+    shared_s: float  # best T_tot under the shared constraint (inf if infeasible)
+    offload_s: float  # T_tot + overhead of the offloading plan (inf if not allowed or infeasible)
+
+
+def _check_int(name: str, value: object, low: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        raise InvalidArgumentError(f"{name} must be an int >= {low}, got {value!r}")
+
+
+class _Stage:
+    """Time of ``ceil(N / B)`` waves of one stage, over the batches worth trying."""
+
+    def __init__(self, cost: RooflineCostModel, n: int, chunk: tuple[int, int], repeats: int) -> None:
+        self.n = n
+        self.batches = sorted({-(-n // q) for q in range(1, n + 1)})  # ceil(N / q), ascending
+        self.time = {b: -(-n // b) * repeats * cost.step_s([chunk] * b) for b in self.batches}
+
+    def best_within(self, cap: int) -> tuple[int, float]:
+        """The fastest batch <= ``cap`` (ties: the larger batch), or (0, inf)."""
+        best = (0, math.inf)
+        for b in self.batches:
+            if b > cap:
+                break
+            if self.time[b] <= best[1]:
+                best = (b, self.time[b])
+        return best
+
+
+@dataclass(frozen=True, slots=True)
+class RooflineKVAllocator:
+    generator: RooflineCostModel
+    verifier: RooflineCostModel
+    allow_offload: bool = True
+    name: str = "flashtts_roofline_kv"
+
+    def __post_init__(self) -> None:
+        for fname in ("generator", "verifier"):
+            if not isinstance(getattr(self, fname), RooflineCostModel):
+                raise InvalidArgumentError(f"{fname} must be a RooflineCostModel")
+
+    def plan(
+        self,
+        *,
+        memory_bytes: float,
+        num_beams: int,
+        verify_tokens: int,
+        decode_tokens: int,
+        num_switches: int = 1,
+    ) -> KVPlan:
+        """The faster of the shared-memory plan and (if allowed) the offloading plan;
+        :class:`InvalidArgumentError` if neither fits one sequence of each model."""
+        if (
+            isinstance(memory_bytes, bool)
+            or not isinstance(memory_bytes, (int, float))
+            or not memory_bytes > 0
+        ):
+            raise InvalidArgumentError(f"memory_bytes must be a number > 0, got {memory_bytes!r}")
+        _check_int("num_beams", num_beams, 1)
+        _check_int("verify_tokens", verify_tokens, 1)
+        _check_int("decode_tokens", decode_tokens, 1)
+        _check_int("num_switches", num_switches, 0)
+        kv_pre = verify_tokens * self.verifier.model.kv_bytes_per_token
+        kv_dec = decode_tokens * self.generator.model.kv_bytes_per_token
+        pre = _Stage(self.verifier, num_beams, (verify_tokens, 0), 1)
+        dec = _Stage(self.generator, num_beams, (1, max(1, decode_tokens // 2)), decode_tokens)
+        shared = self._shared(pre, dec, memory_bytes, kv_pre, kv_dec)
+        offload = self._offload(
+            pre, dec, memory_bytes, kv_pre, kv_dec, verify_tokens, decode_tokens, num_switches
+        )
+        if shared is None and offload is None:
+            raise InvalidArgumentError(
+                f"memory_bytes={memory_bytes:.3g} fits no verifier sequence of {verify_tokens} tokens "
+                f"({kv_pre} B) beside a generator sequence of {decode_tokens} tokens ({kv_dec} B)"
+            )
+        shared_s = shared.total_s if shared else math.inf
+        offload_s = offload.total_s if offload else math.inf
+        best = offload if offload_s < shared_s else shared
+        return KVPlan(best.offload, best.prefill_batch, best.decode_batch, best.verifier_kv_bytes,
+                      best.generator_kv_bytes, best.total_s, shared_s, offload_s)  # fmt: skip
+
+    @staticmethod
+    def _shared(pre: _Stage, dec: _Stage, memory: float, kv_pre: int, kv_dec: int) -> KVPlan | None:
+        best: KVPlan | None = None
+        for b_pre in pre.batches:  # ascending: an equal time keeps the earlier, larger B_dec
+            cap = int((memory - b_pre * kv_pre) // kv_dec)
+            b_dec, t_dec = dec.best_within(min(cap, dec.n))
+            if b_dec == 0:
+                break
+            total = pre.time[b_pre] + t_dec
+            if best is None or total < best.total_s:
+                best = KVPlan(
+                    False, b_pre, b_dec, b_pre * kv_pre, memory - b_pre * kv_pre, total, total, math.inf
+                )
+        return best
+
+    def _offload(
+        self,
+        pre: _Stage,
+        dec: _Stage,
+        memory: float,
+        kv_pre: int,
+        kv_dec: int,
+        s: int,
+        s_dec: int,
+        switches: int,
+    ) -> KVPlan | None:
+        if not self.allow_offload:
+            return None
+        b_pre, t_pre = pre.best_within(int(memory // kv_pre))
+        b_dec, t_dec = dec.best_within(int(memory // kv_dec))
+        if b_pre == 0 or b_dec == 0:
+            return None
+        moved = self.verifier.swap_s(b_pre * s) + self.generator.swap_s(b_dec * s_dec)
+        total = t_pre + t_dec + 2 * switches * moved  # out and back in, at every switch
+        return KVPlan(True, b_pre, b_dec, memory, memory, total, math.inf, total)
