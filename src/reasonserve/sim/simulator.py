@@ -10,6 +10,7 @@ from __future__ import annotations
 import heapq
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
+from typing import Protocol
 
 from reasonserve.core.errors import InvalidArgumentError, PolicyError
 from reasonserve.core.phase import Phase
@@ -22,7 +23,18 @@ from reasonserve.sim.migration import MigrationRecord, Migrations
 from reasonserve.sim.sequence import SimSequence
 from reasonserve.sim.workload import SimRequest
 
-__all__ = ["SimResult", "simulate"]
+__all__ = ["ProgramHost", "SimResult", "simulate"]
+
+
+class ProgramHost(Protocol):
+    """Runs reasoning programs on the cluster (:mod:`reasonserve.sim.programs`): told which
+    requests finished at ``now_s``, returns the requests its programs issue then (arriving
+    at ``now_s``) and the ids of live requests to stop (an early-stopped program's other
+    samples: their KV is freed at once; one in flight between instances runs on)."""
+
+    def on_finished(
+        self, finished: Sequence[SimSequence], now_s: float
+    ) -> tuple[Sequence[SimRequest], Sequence[str]]: ...
 
 
 @dataclass(frozen=True)
@@ -72,6 +84,8 @@ class _Loop:
         self.scheduled = [False] * len(self.instances)
         self.placements: dict[str, str] = {}
         self.moving = Migrations()
+        self.pending: list[tuple[float, str, SimRequest]] = []  # arrivals, a heap
+        self.programs: ProgramHost | None = None
 
     def wake(self, k: int, now: float) -> None:
         if not self.scheduled[k]:
@@ -127,13 +141,30 @@ class _Loop:
         if len(seen) != len(set(seen)):
             raise PolicyError("a request is in two places at once")
 
+    def program_events(self, finished: Sequence[SimSequence], now: float) -> None:
+        """Queue the requests the programs issue at ``now``; stop the ones they cancel."""
+        assert self.programs is not None
+        spawned, stops = self.programs.on_finished(finished, now)
+        for req in spawned:
+            if req.arrival_s != now or req.request_id in self.placements:
+                raise PolicyError(f"program request {req.request_id} must be new and arrive at {now}")
+            _check_requests([req], self.config)
+            heapq.heappush(self.pending, (now, req.request_id, req))
+        for rid in stops:
+            holder = next((inst for inst in self.instances if rid in inst.by_id), None)
+            if holder is not None and holder.by_id[rid].status in ("waiting", "running"):
+                holder._finish(holder.by_id[rid], "stop", now)
+
     def step(self, now: float, k: int, check: bool) -> None:
         if now > self.config.max_sim_s:
             raise PolicyError(
                 f"simulation passed max_sim_s={self.config.max_sim_s}; a policy is not making progress"
             )
         inst = self.instances[k]
+        seen = len(inst.finished)
         duration = inst.step(now)
+        if self.programs is not None and len(inst.finished) > seen:
+            self.program_events(inst.finished[seen:], now + duration)
         moved, inst.transitions = inst.transitions, []
         for seq in moved:
             self.transition(inst, seq, now + duration)
@@ -151,20 +182,23 @@ def simulate(
     router: Router | None = None,
     *,
     check_every_step: bool = False,
+    programs: ProgramHost | None = None,
 ) -> SimResult:
     """Run ``requests`` to completion; ``policy_factory()`` makes each instance's policy.
     At each request's reasoning->answering transition ``router.route_transition`` places
-    its answering phase (PASCAL Algorithm 2); moving it costs ``cost.migrate_s``."""
-    arrivals = _check_requests(requests, config)
+    its answering phase (PASCAL Algorithm 2); moving it costs ``cost.migrate_s``. With
+    ``programs``, requests also arrive and stop as the programs' samples finish."""
     loop = _Loop(config, policy_factory, router if router is not None else LeastKVRouter())
-    now, i, inf = 0.0, 0, float("inf")
-    while i < len(arrivals) or loop.events or len(loop.moving):
-        t_arrival = arrivals[i].arrival_s if i < len(arrivals) else inf
+    loop.pending = [(r.arrival_s, r.request_id, r) for r in _check_requests(requests, config)]  # sorted
+    loop.programs = programs
+    now, inf = 0.0, float("inf")
+    while loop.pending or loop.events or len(loop.moving):
+        t_arrival = loop.pending[0][0] if loop.pending else inf
         t_step = loop.events[0][0] if loop.events else inf
         t_land = loop.moving.next_s()
         if t_arrival <= t_land and t_arrival <= t_step:
-            now, i = t_arrival, i + 1
-            loop.arrive(arrivals[i - 1], now)
+            now = t_arrival
+            loop.arrive(heapq.heappop(loop.pending)[2], now)
         elif t_land <= t_step:
             now = t_land
             loop.land()
