@@ -43,8 +43,13 @@ class Scheduler:
         self.by_id[seq.request_id] = seq
 
     def finish(self, seq: Sequence, reason: str) -> None:
-        """Retire a live request: free its blocks, forget it."""
+        """Retire a live request: free its blocks, forget it. The full blocks it computed
+        stay in the prefix cache (output included), so a continuation of it, or a probe of
+        its prefix, recomputes at most its last partial block; not after an error, and not
+        a deterministic request's decoded KV in DVR mode (it came from the stock kernels)."""
         if seq.status == "running":
+            if reason != "error" and not (self.config.mode == "dvr" and seq.params.deterministic):
+                self.blocks.register_full_blocks(seq.block_table, seq.tokens, seq.num_computed, seq.kv_salt)
             self.blocks.free(seq.block_table)
             self.running.remove(seq)
         else:

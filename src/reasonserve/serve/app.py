@@ -2,13 +2,15 @@
 
 Endpoints: ``POST /v1/completions`` and ``POST /v1/chat/completions`` (SSE streaming
 with ``stream: true``), ``GET /v1/models``, ``GET /health`` (503 once the engine loop
-is gone), ``GET /metrics`` (Prometheus). Request schemas are published in
+is gone), ``GET /metrics`` (Prometheus), ``POST /tokenize`` (vLLM's shape; the engine's
+tokenizer, no special tokens added). Request schemas are published in
 ``/openapi.json``; every error is in the OpenAI shape. See ``docs/serve.md`` for the
 parameter table, limits and behaviour on disconnects and shutdown.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 
@@ -17,11 +19,13 @@ from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse, PlainTextResponse
 from pydantic.json_schema import models_json_schema
 
+from reasonserve.core.errors import InvalidArgumentError
 from reasonserve.serve.config import ServeConfig
 from reasonserve.serve.errors import ApiError, install_error_handlers
 from reasonserve.serve.limits import BodyLimitMiddleware
 from reasonserve.serve.metrics import ServerMetrics
-from reasonserve.serve.protocol import ChatCompletionRequest, CompletionRequest
+from reasonserve.serve.parsing import parse_body
+from reasonserve.serve.protocol import ChatCompletionRequest, CompletionRequest, TokenizeRequest
 from reasonserve.serve.routes import Generator
 from reasonserve.serve.runner import EngineRunner
 from reasonserve.serve.sampling import Capacity, plan_chat, plan_completion
@@ -83,6 +87,19 @@ def create_app(runner: EngineRunner, config: ServeConfig | None = None) -> FastA
     @app.post("/v1/chat/completions", openapi_extra=_body_schema("ChatCompletionRequest"))
     async def chat_completions(request: Request):
         return await gen.handle(request, ChatCompletionRequest, plan_chat)
+
+    @app.post("/tokenize")
+    async def tokenize(request: Request):
+        body = parse_body(await request.body(), TokenizeRequest)
+        if body.model is not None and body.model != cfg.model_name:
+            raise ApiError(404, f"The model `{body.model[:200]}` does not exist.", param="model")
+        if runner.engine.tokenizer is None:
+            raise ApiError(400, "this model has no tokenizer; send token ids", param="prompt")
+        try:
+            tokens = await asyncio.to_thread(runner.engine.tokenizer.encode, body.prompt)
+        except InvalidArgumentError as err:
+            raise ApiError(400, str(err), param="prompt") from None
+        return {"count": len(tokens), "max_model_len": runner.engine.max_model_len, "tokens": tokens}
 
     app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
     app.add_middleware(

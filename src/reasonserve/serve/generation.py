@@ -35,6 +35,7 @@ class ChoiceState:
         self.error: str | None = None
         self.first_token_s: float | None = None
         self.ttfat_s: float | None = None
+        self.num_cached_tokens = 0  # prompt tokens the engine's prefix cache served
 
     def apply(self, event: Event) -> str:
         """Take one engine event; return the text now safe to send."""
@@ -58,6 +59,7 @@ class ChoiceState:
         piece = self.text.push(visible)
         piece += self.text.finish() if self.text.stop_hit is None else ""
         self.ttfat_s = out.metrics.ttfat_s
+        self.num_cached_tokens = out.metrics.num_cached_tokens
         if self.text.stop_hit is not None:  # also when the flushed tail held the stop string
             self.finish_reason, self.stop_reason = "stop", self.text.stop_hit
         else:

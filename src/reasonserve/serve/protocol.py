@@ -14,7 +14,14 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-__all__ = ["ChatCompletionRequest", "ChatMessage", "CompletionRequest", "StreamOptions", "TextPart"]
+__all__ = [
+    "ChatCompletionRequest",
+    "ChatMessage",
+    "CompletionRequest",
+    "StreamOptions",
+    "TextPart",
+    "TokenizeRequest",
+]
 
 MAX_INT32 = 2**31 - 1
 MAX_SEED = 2**63 - 1
@@ -100,3 +107,11 @@ class ChatCompletionRequest(_Sampling):
     continue_final_message: bool = False
     tools: list[dict] | None = None
     tool_choice: str | dict | None = None
+
+
+class TokenizeRequest(_Strict):
+    """``POST /tokenize`` (vLLM's shape): the token ids of a text."""
+
+    model: str | None = None
+    prompt: Annotated[str, Field(min_length=1)]
+    add_special_tokens: bool = True

@@ -20,7 +20,13 @@ def usage(gen: Generation) -> dict:
     prompts = {id(c.prompt_ids): len(c.prompt_ids) for c in gen.choices.values()}  # a prompt counts once
     prompt = sum(prompts.values())
     completion = sum(len(c.token_ids) for c in gen.choices.values())
-    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+    cached = sum(c.num_cached_tokens for c in gen.choices.values())
+    return {
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "total_tokens": prompt + completion,
+        "prompt_tokens_details": {"cached_tokens": cached},
+    }
 
 
 def final_body(gen: Generation, model: str, echo_texts: dict[int, str]) -> dict:
