@@ -14,9 +14,14 @@ Programs with Certaindex", §4; SPEC §2.3).
 Explicit state: :meth:`DynasorPolicy.step` is pure, ``(view, state) -> (decisions,
 state)``; :meth:`decide` threads the state it keeps. The history is updated from the
 views alone (a request that was live and is gone has finished with the output length
-last seen), so deciding twice on the same view gives the same decisions. The view does
-not carry a program's knob or certainindex; the live request count stands in for the
-remaining knob.
+last seen), so deciding twice on the same view gives the same decisions.
+
+Where the host reports programs (``SchedulerView.programs``, e.g. the simulator's program
+runtime), a program's arrival is its :class:`~reasonserve.core.views.ProgramView`'s
+(not its newest round's) and the estimate adds its remaining knob, the units not yet
+issued (``max_knob - knob - live requests``, none once ``done``), times the mean: the
+paper's "remaining knob x historical mean tokens per iteration". Without them the live
+request count stands in for the remaining knob.
 """
 
 from __future__ import annotations
@@ -91,14 +96,19 @@ class DynasorPolicy:
                 r.program_id if r.program_id is not None else "\x00" + r.request_id, []
             ).append(r)
         fallback = state.mean_tokens("\x00", self.prior_tokens)  # all finished requests, or the prior
+        info = {p.program_id: p for p in view.programs}
         out = {}
         for pid, reqs in members.items():
-            arrival = min(r.arrival_s for r in reqs)
+            p = info.get(pid)
+            arrival = p.arrival_s if p is not None else min(r.arrival_s for r in reqs)
             if view.now_s - arrival > self.starvation_bound_s:
                 key: tuple = (0, arrival, pid)
             else:
                 mean = state.mean_tokens(pid, self.prior_tokens) if pid in state.history else fallback
-                key = (1, sum(max(1.0, mean - r.num_output_tokens) for r in reqs), arrival, pid)
+                remaining = sum(max(1.0, mean - r.num_output_tokens) for r in reqs)
+                if p is not None and not p.done:
+                    remaining += max(0, p.max_knob - p.knob - len(p.request_ids)) * mean
+                key = (1, remaining, arrival, pid)
             out[pid] = (key, reqs)
         return out
 
