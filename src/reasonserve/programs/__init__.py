@@ -7,7 +7,7 @@ See ``docs/programs.md``."""
 
 from reasonserve.programs._search import StepConfig
 from reasonserve.programs.beam import BeamSearchPRM
-from reasonserve.programs.cot import DEFAULT_PROBE_SUFFIX, CoTWithProbe, decide
+from reasonserve.programs.cot import DEFAULT_PROBE_SUFFIX, CoTWithProbe
 from reasonserve.programs.mcts import MCTS
 from reasonserve.programs.rebase import Rebase
 from reasonserve.programs.sc import SelfConsistency
@@ -24,5 +24,4 @@ __all__ = [
     "SelfConsistency",
     "StepConfig",
     "Trace",
-    "decide",
 ]

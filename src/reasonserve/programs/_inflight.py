@@ -38,8 +38,13 @@ class InFlight:
     def _track(self, rid: str, coro) -> asyncio.Task:
         task = asyncio.ensure_future(coro)
         self._tasks[rid] = task
-        task.add_done_callback(lambda _t: self._tasks.pop(rid, None))
+        task.add_done_callback(lambda t: self._done(rid, t))
         return task
+
+    def _done(self, rid: str, task: asyncio.Task) -> None:
+        self._tasks.pop(rid, None)
+        if task.cancelled():  # by us, or by the cancellation of the program awaiting it
+            self.trace.num_aborted += 1
 
     async def cancel(self, task: asyncio.Task) -> None:
         """Abort one started request (no-op once it finished)."""
@@ -56,7 +61,6 @@ class InFlight:
         if task.done():
             return
         task.cancel()
-        self.trace.num_aborted += 1
         with contextlib.suppress(Exception):
             await asyncio.wait_for(self.client.abort(rid), timeout=5.0)
         await asyncio.wait({task}, timeout=5.0)

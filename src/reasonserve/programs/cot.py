@@ -5,8 +5,9 @@ starts the next chunk *and* a probe at once (asyncio, so the probe overlaps the 
 chunk on the host): the probe continues the current prefix with ``probe_suffix`` for
 ``probe_tokens`` greedy tokens; the answer is the text up to the first unmatched ``}``.
 Each probe becomes a :class:`~reasonserve.certainindex.stopping.ProbeObservation`
-handed to the stopping rule's state; the offline replay feeds recorded probes through
-the same ``observe`` calls (:func:`decide`), so both take the same decisions.
+handed to the stopping rule's state; the offline replay
+(:func:`reasonserve.replay.probe_rules.online_first_stop`) feeds recorded probes through
+the same ``observe`` calls, so both take the same decisions.
 
 On an early exit the running chunk is aborted, the thinking block is closed
 (``think_end`` appended when absent) and the agreed answer is emitted as
@@ -17,7 +18,7 @@ stops it (eos, stop string) or ``max_tokens``; the answer is then extracted from
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from reasonserve.certainindex.answers import extract_answer, extract_probe_answer
@@ -27,24 +28,13 @@ from reasonserve.core.errors import InvalidArgumentError
 from reasonserve.programs._inflight import InFlight
 from reasonserve.programs.trace import ProgramError, ProgramResult, Trace
 
-__all__ = ["DEFAULT_PROBE_SUFFIX", "CoTWithProbe", "decide"]
+__all__ = ["DEFAULT_PROBE_SUFFIX", "CoTWithProbe"]
 
 #: The reference code's probe suffix (SPEC 1.1).
 DEFAULT_PROBE_SUFFIX = (
     "... Oh, I suddenly got the answer to the whole problem, **Final Answer**\n\n\\[ \\boxed{"
 )
 _HOST_SIGNALS = frozenset({"answers", "probe_text", "reasoning_text"})
-
-
-def decide(rule: StoppingRule, observations: Iterable[ProbeObservation]) -> tuple[int, StopDecision] | None:
-    """The first probe (index, decision) at which ``rule`` stops, else None: the replay
-    form of the loop :class:`CoTWithProbe` runs live (one ``observe`` per probe)."""
-    state = rule.start()
-    for i, obs in enumerate(observations):
-        decision = state.observe(obs)
-        if decision.stop:
-            return i, decision
-    return None
 
 
 @dataclass(frozen=True)
