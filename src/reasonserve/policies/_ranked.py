@@ -12,10 +12,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 
+import numpy as np
+
 from reasonserve.core.decisions import Admit, Decision, Preempt
 from reasonserve.core.views import RequestView, SchedulerView
+from reasonserve.policies._order import BY_ID, Programs
 
-__all__ = ["decide_ranked", "decide_segments"]
+__all__ = ["decide_programs", "decide_ranked", "decide_segments"]
 
 
 def decide_ranked(
@@ -75,24 +78,53 @@ class _Fill:
 
 def decide_segments(
     view: SchedulerView,
-    segments: Iterable[tuple[Sequence[RequestView], Sequence[RequestView], Callable]],
+    segments: Iterable[tuple[Sequence[RequestView], Iterable[RequestView], Callable]],
     mode: str | None = None,
 ) -> list[Decision]:
     """:func:`decide_ranked` over a ranking given as segments, best segment first; each is
-    (running, waiting, key) with both lists sorted by ``key`` and interleaved by it. Once
-    admission is blocked the waiting lists are not read again, so a long queue costs its
-    sort (C-level) rather than a Python loop over every request."""
+    (running, waiting, key) with both sorted by ``key`` and interleaved by it (waiting: any
+    iterable, read lazily). Once admission is blocked the waiting iterables are not read
+    again, so a long queue costs its sort (C-level) rather than a Python loop over it."""
     fill = _Fill(view, mode)
     for running, waiting, key in segments:
-        i = j = 0
-        while i < len(running):
-            if not fill.blocked and j < len(waiting) and key(waiting[j]) < key(running[i]):
-                fill.waiting(waiting[j])
-                j += 1
-            else:
-                fill.running(running[i])
-                i += 1
-        while not fill.blocked and j < len(waiting):
-            fill.waiting(waiting[j])
-            j += 1
+        queued = iter(waiting)
+        nxt = next(queued, None)
+        for r in running:
+            while not fill.blocked and nxt is not None and key(nxt) < key(r):
+                fill.waiting(nxt)
+                nxt = next(queued, None)
+            fill.running(r)
+        while not fill.blocked and nxt is not None:
+            fill.waiting(nxt)
+            nxt = next(queued, None)
+    return fill.preempts + fill.admits
+
+
+def decide_programs(
+    view: SchedulerView, programs: Programs, program_order: np.ndarray, mode: str | None = None
+) -> list[Decision]:
+    """:func:`decide_ranked` over ``programs.requests`` (``view.running + view.waiting``)
+    ranked program by program in ``program_order`` (best first), each program's requests
+    by id. Programs are visited only until admission is blocked; the running requests of
+    the programs not visited are then seen in the same ranked order."""
+    fill, reqs, nrun = _Fill(view, mode), programs.requests, len(view.running)
+    grouped, starts = programs.members()
+    seen: set[int] = set()
+    for g in program_order.tolist():
+        idx = grouped[starts[g] : starts[g + 1]].tolist()
+        for i in sorted(idx, key=lambda i: reqs[i].request_id) if len(idx) > 1 else idx:
+            if i < nrun:
+                fill.running(reqs[i])
+                seen.add(i)
+            elif not fill.blocked:
+                fill.waiting(reqs[i])
+        if fill.blocked:
+            break
+    if len(seen) < nrun:
+        rank = np.empty(len(program_order), np.int64)
+        rank[program_order] = np.arange(len(program_order))
+        codes = programs.codes
+        rest = (i for i in range(nrun) if i not in seen)
+        for i in sorted(rest, key=lambda i: (rank[codes[i]], BY_ID(reqs[i]))):
+            fill.running(reqs[i])
     return fill.preempts + fill.admits

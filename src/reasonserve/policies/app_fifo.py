@@ -6,12 +6,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from operator import attrgetter
+
+import numpy as np
 
 from reasonserve.core.decisions import Decision
-from reasonserve.core.views import RequestView, SchedulerView
-from reasonserve.policies._programs import program_of
-from reasonserve.policies._ranked import decide_ranked
+from reasonserve.core.views import SchedulerView
+from reasonserve.policies._order import Programs
+from reasonserve.policies._ranked import decide_programs
 
 __all__ = ["AppFIFOPolicy"]
 
@@ -21,9 +22,6 @@ class AppFIFOPolicy:
     name: str = "app_fifo"
 
     def decide(self, view: SchedulerView) -> Sequence[Decision]:
-        members: dict[str, list[RequestView]] = {}
-        for r in view.running + view.waiting:
-            members.setdefault(program_of(r), []).append(r)
-        programs = sorted((min(r.arrival_s for r in reqs), pid) for pid, reqs in members.items())
-        by_id = attrgetter("request_id")
-        return decide_ranked(view, (r for _, pid in programs for r in sorted(members[pid], key=by_id)))
+        programs = Programs(view.running + view.waiting)
+        order = np.lexsort((programs.key_rank(), programs.min_arrival))  # (earliest arrival, program)
+        return decide_programs(view, programs, order)

@@ -30,13 +30,18 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from operator import attrgetter
 
+import numpy as np
+
 from reasonserve.core.decisions import Decision
 from reasonserve.core.errors import InvalidArgumentError
-from reasonserve.core.views import RequestView, SchedulerView
+from reasonserve.core.views import SchedulerView
+from reasonserve.policies._order import BY_ID, Programs
 from reasonserve.policies._programs import program_of
-from reasonserve.policies._ranked import decide_ranked
+from reasonserve.policies._ranked import decide_programs
 
 __all__ = ["DynasorPolicy", "DynasorState"]
+
+_GENERATED = attrgetter("num_output_tokens")
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,10 +63,11 @@ def _observe(state: DynasorState, view: SchedulerView) -> DynasorState:
     """Requests last seen running that are no longer live have finished: add them to their
     program's history. (Only running requests finish by generating; tracking those keeps
     this step cheap with a long waiting queue.)"""
-    live = {r.request_id for r in view.waiting}
-    live.update(r.request_id for r in view.running)
+    gone = set(state.last_seen).difference(map(BY_ID, view.running))
+    if gone:  # preempted (now waiting) or finished; read the long waiting queue only then
+        gone.difference_update(map(BY_ID, view.waiting))
     history = dict(state.history)
-    for rid in sorted(set(state.last_seen) - live):
+    for rid in sorted(gone):
         pid, tokens = state.last_seen[rid]
         n, total = history.get(pid, (0, 0))
         history[pid] = (n + 1, total + tokens)
@@ -87,37 +93,42 @@ class DynasorPolicy:
     def program_keys(self, view: SchedulerView, state: DynasorState) -> dict[str, tuple]:
         """Per live program: (0, arrival, id) once escalated, else (1, estimated remaining
         tokens, arrival, id)."""
-        return {pid: key for pid, (key, _) in self._programs(view, state).items()}
+        programs = Programs(view.running + view.waiting)
+        escalated, value, arrival = self._program_arrays(view, state, programs)
+        return {
+            pid: (0, float(arrival[g]), pid) if escalated[g] else (1, float(value[g]), float(arrival[g]), pid)
+            for g, pid in enumerate(programs.keys)
+        }
 
-    def _programs(self, view: SchedulerView, state: DynasorState) -> dict[str, tuple[tuple, list]]:
-        members: dict[str, list[RequestView]] = {}
-        for r in view.running + view.waiting:
-            members.setdefault(
-                r.program_id if r.program_id is not None else "\x00" + r.request_id, []
-            ).append(r)
+    def _program_arrays(
+        self, view: SchedulerView, state: DynasorState, programs: Programs
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Per program (numpy, one entry per ``programs.keys``): escalated?, its SJF value
+        (remaining tokens; its arrival once escalated), its arrival."""
         fallback = state.mean_tokens("\x00", self.prior_tokens)  # all finished requests, or the prior
-        info = {p.program_id: p for p in view.programs}
-        out = {}
-        for pid, reqs in members.items():
-            p = info.get(pid)
-            arrival = p.arrival_s if p is not None else min(r.arrival_s for r in reqs)
-            if view.now_s - arrival > self.starvation_bound_s:
-                key: tuple = (0, arrival, pid)
-            else:
-                mean = state.mean_tokens(pid, self.prior_tokens) if pid in state.history else fallback
-                remaining = sum(max(1.0, mean - r.num_output_tokens) for r in reqs)
-                if p is not None and not p.done:
-                    remaining += max(0, p.max_knob - p.knob - len(p.request_ids)) * mean
-                key = (1, remaining, arrival, pid)
-            out[pid] = (key, reqs)
-        return out
+        means = np.full(len(programs.keys), fallback)
+        for pid in state.history.keys() & programs.index.keys():
+            means[programs.index[pid]] = state.mean_tokens(pid, self.prior_tokens)
+        arrival, extra = programs.min_arrival.copy(), np.zeros(len(programs.keys))
+        for p in view.programs:
+            g = programs.index.get(p.program_id)
+            if g is not None:
+                arrival[g] = p.arrival_s
+                if not p.done:
+                    extra[g] = max(0, p.max_knob - p.knob - len(p.request_ids)) * means[g]
+        reqs, codes = programs.requests, programs.codes
+        generated = np.fromiter(map(_GENERATED, reqs), np.float64, len(reqs))
+        left = np.maximum(1.0, means[codes] - generated)
+        remaining = np.bincount(codes, weights=left, minlength=len(programs.keys)) + extra
+        escalated = view.now_s - arrival > self.starvation_bound_s
+        return escalated, np.where(escalated, arrival, remaining), arrival
 
     def step(self, view: SchedulerView, state: DynasorState) -> tuple[list[Decision], DynasorState]:
         state = _observe(state, view)
-        programs = sorted(self._programs(view, state).values(), key=lambda item: item[0])
-        by_id = attrgetter("request_id")
-        ranked = (r for _, reqs in programs for r in sorted(reqs, key=by_id))
-        return decide_ranked(view, ranked, self.mode), state
+        programs = Programs(view.running + view.waiting)
+        escalated, value, arrival = self._program_arrays(view, state, programs)
+        order = np.lexsort((programs.key_rank(), arrival, value, ~escalated))
+        return decide_programs(view, programs, order, self.mode), state
 
     def decide(self, view: SchedulerView) -> Sequence[Decision]:
         decisions, self.state = self.step(view, self.state)

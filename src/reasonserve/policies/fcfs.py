@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from reasonserve.core.decisions import Decision, Preempt
 from reasonserve.core.views import SchedulerView
 from reasonserve.policies._capacity import admit_in_order, growth
+from reasonserve.policies._order import ordered
 
 __all__ = ["FCFSPolicy"]
 
@@ -19,7 +20,7 @@ class FCFSPolicy:
     name: str = "fcfs"
 
     def decide(self, view: SchedulerView) -> Sequence[Decision]:
-        running = sorted(view.running, key=lambda r: (r.arrival_s, r.request_id))
+        running = ordered(view.running, "arrival_s")
         need, free = growth(running), view.free_blocks
         decisions: list[Decision] = []
         while running and need > free:
@@ -29,5 +30,5 @@ class FCFSPolicy:
             free += victim.num_blocks
         if decisions:
             return decisions
-        waiting = sorted(view.waiting, key=lambda r: (r.arrival_s, r.request_id))
+        waiting = ordered(view.waiting, "arrival_s")  # C-level sort; admission stops at the first misfit
         return admit_in_order(view, waiting, free - need, view.max_num_seqs - len(running))

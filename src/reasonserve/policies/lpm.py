@@ -6,12 +6,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from operator import attrgetter, neg
 
 from reasonserve.core.decisions import Decision
-from reasonserve.core.views import RequestView, SchedulerView
+from reasonserve.core.views import SchedulerView
+from reasonserve.policies._order import ordered
 from reasonserve.policies._ranked import decide_ranked
 
 __all__ = ["LPMPolicy"]
+
+_HASHES = attrgetter("prefix_hashes")
 
 
 def _match(hashes: tuple[int, ...], cached: set[int]) -> int:
@@ -29,9 +33,14 @@ class LPMPolicy:
 
     def decide(self, view: SchedulerView) -> Sequence[Decision]:
         cached = {h for r in view.running for h in r.prefix_hashes}
-
-        def key(r: RequestView) -> tuple:
-            return (-_match(r.prefix_hashes, cached), r.arrival_s, r.request_id)
-
-        running = sorted(view.running, key=lambda r: (r.arrival_s, r.request_id))
-        return decide_ranked(view, running + sorted(view.waiting, key=key))
+        waiting = ordered(view.waiting, "arrival_s")  # by arrival, then id (C-level)
+        hashes = list(map(_HASHES, waiting))
+        full = list(map(cached.issuperset, hashes))  # every block cached: the match is all of it
+        if all(full):
+            matches = list(map(len, hashes))
+        else:
+            matches = [len(h) if f else _match(h, cached) for h, f in zip(hashes, full, strict=True)]
+        if len(set(matches)) > 1:  # longest match first; stable, so arrival order within a match
+            negated = list(map(neg, matches))
+            waiting = list(map(waiting.__getitem__, sorted(range(len(waiting)), key=negated.__getitem__)))
+        return decide_ranked(view, ordered(view.running, "arrival_s") + waiting)

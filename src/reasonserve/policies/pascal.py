@@ -25,6 +25,7 @@ from reasonserve.core.decisions import Decision
 from reasonserve.core.errors import InvalidArgumentError
 from reasonserve.core.phase import Phase
 from reasonserve.core.views import RequestView, SchedulerView
+from reasonserve.policies._order import ordered
 from reasonserve.policies._ranked import decide_segments
 
 __all__ = ["PascalPolicy"]
@@ -62,16 +63,19 @@ class PascalPolicy:
 
     def decide(self, view: SchedulerView) -> Sequence[Decision]:
         by_turn = attrgetter("enqueued_s", "request_id")
-        queues: list[tuple[list, list, list]] = [([], [], []), ([], [], [])]  # fresh, waiting, expired
+        runs: list[tuple[list, list]] = [([], []), ([], [])]  # per queue: (fresh, expired) running
         for r in view.running:
-            queues[self.queue(r)][2 if r.quantum_used >= self.quantum else 0].append(r)
-        limit = self.demote_threshold_tokens
-        for r in view.waiting:  # inlined self.queue(r): this loop sees every queued request
-            low = r.phase is Phase.ANSWERING or r.num_prompt_tokens + r.num_output_tokens > limit
-            queues[low][1].append(r)
+            runs[self.queue(r)][r.quantum_used >= self.quantum].append(r)
+        waiting = ordered(view.waiting, "enqueued_s")  # C-level sort; split lazily below
+        limit, answering = self.demote_threshold_tokens, Phase.ANSWERING
+
+        def low(r: RequestView) -> bool:  # inlined self.queue(r) == LOW
+            return r.phase is answering or r.num_prompt_tokens + r.num_output_tokens > limit
+
+        queued = ((r for r in waiting if not low(r)), (r for r in waiting if low(r)))
         segments = [
-            (sorted(run, key=by_turn), sorted(queued, key=by_turn), by_turn)
-            for fresh, waiting, expired in queues
-            for run, queued in ((fresh, waiting), (expired, []))
+            (ordered(run, "enqueued_s"), waits, by_turn)
+            for (fresh, expired), waiting_q in zip(runs, queued, strict=True)
+            for run, waits in ((fresh, waiting_q), (expired, ()))
         ]
         return decide_segments(view, segments, self.mode)

@@ -11,6 +11,7 @@ from reasonserve.core.decisions import Decision, Preempt
 from reasonserve.core.errors import InvalidArgumentError
 from reasonserve.core.views import SchedulerView
 from reasonserve.policies._capacity import admit_in_order, growth
+from reasonserve.policies._order import ordered
 
 __all__ = ["RoundRobinPolicy"]
 
@@ -29,8 +30,8 @@ class RoundRobinPolicy:
 
     def decide(self, view: SchedulerView) -> Sequence[Decision]:
         # Oldest turn first; the request that has used the most of its quantum yields first.
-        running = sorted(view.running, key=lambda r: (r.enqueued_s, r.request_id))
-        waiting = sorted(view.waiting, key=lambda r: (r.enqueued_s, r.request_id))
+        running = ordered(view.running, "enqueued_s")
+        waiting = ordered(view.waiting, "enqueued_s")  # C-level sort
         decisions: list[Decision] = []
         free = view.free_blocks
         if waiting:

@@ -1,0 +1,105 @@
+"""The fast decide() paths (C-level sorts, lazy queue splits, numpy program grouping)
+make exactly the decisions of the plain definitions: a full sort of every live request
+by the policy's ranking, then :func:`decide_ranked`."""
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from reasonserve.core import Phase
+from reasonserve.policies import RequestView, SchedulerView
+from reasonserve.policies._ranked import decide_ranked
+from reasonserve.policies.app_fifo import AppFIFOPolicy
+from reasonserve.policies.dynasor import DynasorPolicy, DynasorState
+from reasonserve.policies.pascal import PascalPolicy
+
+TIMES = st.sampled_from([0.0, 1.0, 2.5, 7.0, 50.0, 120.0])  # few values: many ties
+
+
+def _requests(prefix, running):
+    return st.lists(
+        st.builds(
+            RequestView,
+            request_id=st.sampled_from([f"{prefix}{i}" for i in range(12)]),
+            arrival_s=TIMES,
+            phase=st.sampled_from([Phase.PREFILL, Phase.REASONING, Phase.ANSWERING]),
+            num_prompt_tokens=st.integers(1, 64),
+            num_computed_tokens=st.integers(0, 80),
+            num_output_tokens=st.integers(0, 40),
+            num_blocks=st.integers(1, 6) if running else st.just(0),
+            blocks_needed=st.integers(0, 2) if running else st.integers(1, 8),
+            enqueued_s=TIMES,
+            quantum_used=st.integers(0, 30) if running else st.just(0),
+            program_id=st.sampled_from([None, "pa", "pb", "pc"]),
+        ),
+        max_size=10,
+        unique_by=lambda r: r.request_id,
+    ).map(tuple)
+
+
+VIEWS = st.builds(
+    SchedulerView,
+    now_s=st.sampled_from([0.0, 60.0, 200.0]),
+    waiting=_requests("w", False),
+    running=_requests("r", True),
+    free_blocks=st.integers(0, 30),
+    block_size=st.just(4),
+    max_num_seqs=st.integers(1, 16),
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(VIEWS, st.sampled_from([None, "swap"]))
+def test_pascal_equals_its_full_sort_definition(view, mode):
+    policy = PascalPolicy(quantum=10, demote_threshold_tokens=60, mode=mode)
+    running = {r.request_id for r in view.running}
+    ranked = sorted(view.running + view.waiting, key=lambda r: policy.rank_key(r, r.request_id in running))
+    assert list(policy.decide(view)) == decide_ranked(view, ranked, mode)
+
+
+def _program(r):
+    return r.program_id if r.program_id is not None else "\x00" + r.request_id
+
+
+def _gang(view, program_key):
+    members = {}
+    for r in view.running + view.waiting:
+        members.setdefault(_program(r), []).append(r)
+    order = sorted(members, key=lambda pid: program_key(pid, members[pid]))
+    return [r for pid in order for r in sorted(members[pid], key=lambda r: r.request_id)]
+
+
+@settings(max_examples=150, deadline=None)
+@given(VIEWS)
+def test_app_fifo_equals_its_full_sort_definition(view):
+    ranked = _gang(view, lambda pid, reqs: (min(r.arrival_s for r in reqs), pid))
+    assert list(AppFIFOPolicy().decide(view)) == decide_ranked(view, ranked)
+
+
+@settings(max_examples=150, deadline=None)
+@given(VIEWS, st.dictionaries(st.sampled_from(["pa", "pb", "pc", "\x00w1"]), st.tuples(st.integers(1, 5),
+       st.integers(0, 400)), max_size=3))  # fmt: skip
+def test_dynasor_equals_its_full_sort_definition(view, history):
+    policy = DynasorPolicy(starvation_bound_s=100.0, prior_tokens=30.0)
+    state = DynasorState(history, {})
+    n = sum(c for c, _ in history.values())
+    fallback = sum(t for _, t in history.values()) / n if n else 30.0
+
+    def key(pid, reqs):
+        arrival = min(r.arrival_s for r in reqs)
+        if view.now_s - arrival > 100.0:
+            return (0, arrival, pid)
+        mean = history[pid][1] / history[pid][0] if pid in history else fallback
+        return (1, sum(max(1.0, mean - r.num_output_tokens) for r in reqs), arrival, pid)
+
+    decisions, _ = policy.step(view, state)
+    assert decisions == decide_ranked(view, _gang(view, key))
+    keys = policy.program_keys(view, state)
+    for pid, reqs in _members(view).items():
+        assert keys[pid] == key(pid, reqs)
+
+
+def _members(view):
+    out = {}
+    for r in view.running + view.waiting:
+        out.setdefault(_program(r), []).append(r)
+    return out
