@@ -10,12 +10,30 @@
 #include <ATen/Parallel.h>
 #include <torch/library.h>
 
+#include <string>
+#include <type_traits>
 #include <vector>
 
 #include "kernel_table.h"
 
 namespace reasonserve_native {
 namespace {
+
+// Error messages are built with std::to_string, never by streaming integers through
+// c10::str's ostream: with torch 2.11 CUDA wheels on an Intel host, every TORCH_CHECK
+// whose message formatted an integer crashed the process instead of raising.
+inline void append(std::string& s, const char* part) { s += part; }
+inline void append(std::string& s, const std::string& part) { s += part; }
+inline void append(std::string& s, c10::ScalarType part) { s += c10::toString(part); }
+template <typename T, std::enable_if_t<std::is_integral_v<T>, int> = 0>
+void append(std::string& s, T part) { s += std::to_string(part); }
+
+template <typename... Parts>
+std::string text(const Parts&... parts) {
+  std::string s;
+  (append(s, parts), ...);
+  return s;
+}
 
 bool cpu_has(int isa) {
 #if defined(__x86_64__)
@@ -29,14 +47,14 @@ bool cpu_has(int isa) {
 const KernelTable* table_for(int64_t isa) {
   const KernelTable* t = isa == 0 ? kernels_generic() : isa == 1 ? kernels_avx2() : isa == 2 ? kernels_avx512() : nullptr;
   TORCH_CHECK(t != nullptr && cpu_has(static_cast<int>(isa)),
-              "reasonserve native kernels: instruction set ", isa, " is not available on this CPU/build");
+              text("reasonserve native kernels: instruction set ", isa, " is not available on this CPU/build"));
   return t;
 }
 
 void check_f32(const at::Tensor& t, const char* name, int64_t ndim) {
-  TORCH_CHECK(t.device().is_cpu(), name, " must be a CPU tensor");
-  TORCH_CHECK(t.scalar_type() == at::kFloat, name, " must be float32, got ", t.scalar_type());
-  TORCH_CHECK(t.dim() == ndim, name, " must have ", ndim, " dimensions, got ", t.dim());
+  TORCH_CHECK(t.device().is_cpu(), text(name, " must be a CPU tensor"));
+  TORCH_CHECK(t.scalar_type() == at::kFloat, text(name, " must be float32, got ", t.scalar_type()));
+  TORCH_CHECK(t.dim() == ndim, text(name, " must have ", ndim, " dimensions, got ", t.dim()));
 }
 
 std::vector<int64_t> isas() {
@@ -101,7 +119,7 @@ at::Tensor linear_packed(const at::Tensor& x, const at::Tensor& panels, int64_t 
   check_f32(panels, "panels", 3);
   TORCH_CHECK(x.is_contiguous() && panels.is_contiguous(), "x and panels must be contiguous");
   const int64_t k = x.size(1), np = panels.size(0);
-  TORCH_CHECK(panels.size(1) == k && panels.size(2) == 16, "panels must be [NP, K, 16] with K = ", k);
+  TORCH_CHECK(panels.size(1) == k && panels.size(2) == 16, text("panels must be [NP, K, 16] with K = ", k));
   TORCH_CHECK(n >= 0 && n <= np * 16 && n > (np - 1) * 16, "n must lie in (16 (NP - 1), 16 NP]");
   Panels w{panels.data_ptr<float>(), 16, k * 16, np, nullptr};
   return run_panels(x, w, np, n, isa);
@@ -152,7 +170,7 @@ int cache_dtype(const at::Tensor& t) {
     case at::kFloat: return 0;
     case at::kBFloat16: return 1;
     case at::kHalf: return 2;
-    default: TORCH_CHECK(false, "k_cache/v_cache must be float32, bfloat16 or float16, got ", t.scalar_type());
+    default: TORCH_CHECK(false, text("k_cache/v_cache must be float32, bfloat16 or float16, got ", t.scalar_type()));
   }
   return 0;
 }
@@ -167,15 +185,15 @@ void check_indices(const at::Tensor& tables, const at::Tensor& row_seq, const at
   const int64_t* keys = row_keys.data_ptr<int64_t>();
   std::vector<int64_t> need(b, 0);  // blocks each sequence's queries read
   for (int64_t i = 0; i < t; ++i) {
-    TORCH_CHECK(seq[i] >= 0 && seq[i] < b, "row_seq[", i, "] = ", seq[i], " is not a sequence index");
-    TORCH_CHECK(keys[i] >= 1 && keys[i] <= w * block_size, "row_keys[", i, "] = ", keys[i],
-                " must lie in [1, ", w * block_size, "]");
+    TORCH_CHECK(seq[i] >= 0 && seq[i] < b, text("row_seq[", i, "] = ", seq[i], " is not a sequence index"));
+    TORCH_CHECK(keys[i] >= 1 && keys[i] <= w * block_size,
+                text("row_keys[", i, "] = ", keys[i], " must lie in [1, ", w * block_size, "]"));
     need[seq[i]] = std::max(need[seq[i]], (keys[i] + block_size - 1) / block_size);
   }
   for (int64_t s = 0; s < b; ++s)
     for (int64_t j = 0; j < need[s]; ++j)
-      TORCH_CHECK(tab[s * w + j] >= 0 && tab[s * w + j] < num_blocks, "tables[", s, ", ", j, "] = ", tab[s * w + j],
-                  " is not a block of the cache");
+      TORCH_CHECK(tab[s * w + j] >= 0 && tab[s * w + j] < num_blocks,
+                  text("tables[", s, ", ", j, "] = ", tab[s * w + j], " is not a block of the cache"));
 }
 
 // q [T, Hq, D] float32; caches [num_blocks, Hkv, block_size, D]; tables int64 [B, W];
