@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# Builds the light CPU environment of one serving engine for the adapter contract tests.
+#
+#   scripts/adapter_envs.sh vllm|sglang      -> .venv-vllm / .venv-sglang
+#
+# The engines' own dependency lists pull a CUDA torch and GPU kernels. A light
+# environment is the pinned CPU torch, the engine wheel installed with --no-deps, and the
+# frozen list of the rest (scripts/adapter_envs/<engine>-<version>.txt, taken from a
+# resolved install with torch and the engine removed), also with --no-deps so nothing is
+# resolved again. reasonserve goes in editable, without its native kernels (not needed).
+# The environment is cached: a stamp file names the list it was built from, so a second
+# run with the same list does nothing.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+engine="${1:?usage: scripts/adapter_envs.sh vllm|sglang}"
+PYTHON="${PYTHON:-python3}"
+TORCH_SPEC="${TORCH_SPEC:-torch==2.13.0}"
+# tests/conftest.py imports hypothesis.
+TEST_DEPS="pytest>=8 hypothesis>=6.100"
+case "$engine" in
+  vllm) version=0.33.0 ;;
+  sglang) version=0.5.23 ;;
+  *) echo "unknown engine '$engine' (expected vllm or sglang)" >&2; exit 2 ;;
+esac
+
+venv=".venv-$engine"
+reqs="scripts/adapter_envs/$engine-$version.txt"
+stamp="$venv/.built"
+want="$engine==$version $(sha256sum "$reqs" | cut -c1-16) $TORCH_SPEC $TEST_DEPS"
+if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
+  echo "$venv is up to date ($want)"
+  exit 0
+fi
+
+# pip's configured local indexes may not exist on every machine: drop that noise only.
+_pip() {
+  local py="$1"; shift
+  "$py" -m pip install --quiet --disable-pip-version-check "$@" 2>&1 \
+    | { grep -v "is ignored: it is neither a file nor a directory" || true; }
+}
+
+rm -rf "$venv"
+"$PYTHON" -m venv "$venv"
+pip=(_pip "$venv/bin/python")
+"${pip[@]}" "$TORCH_SPEC" "setuptools>=68" wheel
+# Every other package is pinned by the list; --no-deps keeps any of them from asking
+# for another torch.
+"${pip[@]}" --no-deps -r "$reqs"
+"${pip[@]}" --no-deps "$engine==$version"
+REASONSERVE_BUILD_NATIVE=0 "${pip[@]}" --no-deps --no-build-isolation -e .
+"${pip[@]}" $TEST_DEPS
+"$venv/bin/python" - "$engine" <<'EOF'
+import importlib, sys
+import torch
+engine = importlib.import_module(sys.argv[1])
+assert "+cpu" in torch.__version__, f"expected the CPU torch, got {torch.__version__}"
+print(f"{sys.argv[1]} {engine.__version__} with torch {torch.__version__}")
+EOF
+echo "$want" > "$stamp"

@@ -1,0 +1,34 @@
+"""reasonserve inside vLLM (extra ``vllm``; vLLM itself is installed by the user, see
+``docs/use_vllm.md``): seeded sampling as logits processors for Model Runner V2
+(:mod:`.logits_v2`, also the ``vllm.logits_processors`` entry point) and V1
+(:mod:`.logits_v1`), and an experimental phase-aware scheduler (:mod:`.scheduler`).
+
+Importing this package does not import vLLM; each name imports its module (and
+vLLM) when first used, so ``reasonserve adapter vllm`` runs without vLLM installed.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+__all__ = [
+    "PhaseAwareScheduler",
+    "PhaseAwareSyncScheduler",
+    "SeededSamplingLogitsProcessor",
+    "SeededSamplingLogitsProcessorV1",
+    "SeededSamplingPlugin",
+]
+
+_HOME = {
+    "PhaseAwareScheduler": "scheduler",
+    "PhaseAwareSyncScheduler": "scheduler",
+    "SeededSamplingLogitsProcessor": "logits_v2",
+    "SeededSamplingPlugin": "logits_v2",
+    "SeededSamplingLogitsProcessorV1": "logits_v1",
+}
+
+
+def __getattr__(name: str):
+    if name not in _HOME:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{_HOME[name]}"), name)

@@ -1,0 +1,179 @@
+"""Seeded-sampling logits processors against vLLM's real interfaces (V1 and Model Runner
+V2): the token the engine's sampler is left with is ``reasonserve.ops.sample``'s."""
+
+import pytest
+
+pytest.importorskip("vllm", reason="vLLM is not installed here (make test-adapters builds .venv-vllm)")
+
+import torch
+from vllm import SamplingParams
+from vllm.v1.sample.logits_processor import (
+    BatchUpdate,
+    LogitsProcessors,
+    MoveDirectionality,
+)
+from vllm.v1.sample.logits_processor import LogitsProcessor as V1Base
+from vllm.v1.sample.metadata import SamplingMetadata
+from vllm.v1.sample.sampler import Sampler
+from vllm.v1.worker.gpu.sample.logits_processor import LogitsContext, LogitsProcRequestState
+from vllm.v1.worker.gpu.sample.logits_processor import LogitsProcessor as V2Base
+
+from reasonserve import ops
+from reasonserve.adapters.vllm import (
+    SeededSamplingLogitsProcessor,
+    SeededSamplingLogitsProcessorV1,
+)
+
+VOCAB = 97
+
+
+def _logits(rows: int, seed: int = 0) -> torch.Tensor:
+    return torch.randn(rows, VOCAB, generator=torch.Generator().manual_seed(seed)) * 3
+
+
+def _params(seed=None, **kw) -> SamplingParams:
+    return SamplingParams(extra_args=None if seed is None else {"reasonserve_seed": seed}, **kw)
+
+
+def _expected(logits_row, seed, position, sp: SamplingParams) -> int:
+    top_k = sp.top_k if sp.top_k > 0 else None
+    return int(ops.sample(logits_row[None], seeds=seed, positions=position, temperature=sp.temperature,
+                          top_k=top_k, top_p=sp.top_p, min_p=sp.min_p)[0])  # fmt: skip
+
+
+def _one_hot_at(row: torch.Tensor) -> int:
+    finite = torch.isfinite(row).nonzero().flatten().tolist()
+    assert len(finite) == 1, f"expected exactly one finite logit, got {len(finite)}"
+    return finite[0]
+
+
+# V1 -----------------------------------------------------------------------------------
+def test_v1_is_a_real_v1_processor_and_not_argmax_invariant():
+    proc = SeededSamplingLogitsProcessorV1(None, torch.device("cpu"), False)
+    assert isinstance(proc, V1Base)
+    assert proc.is_argmax_invariant() is False  # it must run for greedy requests too
+
+
+def test_v1_draws_ops_sample_tokens_through_the_real_sampler_stage():
+    proc = SeededSamplingLogitsProcessorV1(None, torch.device("cpu"), False)
+    sps = [_params(11, temperature=0.8, top_p=0.9), _params(None, temperature=0.8),
+           _params(2**64 - 1, temperature=1.3, top_k=5, min_p=0.05)]  # fmt: skip
+    prompts, outputs = [[1, 2], [3, 4, 5], [6]], [[7], [], [8, 9]]
+    added = [(i, sps[i], prompts[i], outputs[i]) for i in range(3)]
+    proc.update_state(BatchUpdate(batch_size=3, removed=[], added=added, moved=[]))
+    logits = _logits(3)
+    metadata = SamplingMetadata(
+        temperature=torch.tensor([0.8, 0.8, 1.3]), all_greedy=False, all_random=True,
+        top_p=None, top_k=None, generators={}, max_num_logprobs=None, no_penalties=True,
+        prompt_token_ids=None, frequency_penalties=torch.zeros(3), presence_penalties=torch.zeros(3),
+        repetition_penalties=torch.ones(3), output_token_ids=outputs, allowed_token_ids_mask=None,
+        bad_words_token_ids={}, logitsprocs=LogitsProcessors([proc]),
+    )  # fmt: skip
+    out = Sampler().apply_logits_processors(logits.clone(), metadata, predict_bonus_token=False)
+    assert _one_hot_at(out[0]) == _expected(logits[0], 11, 3, sps[0])
+    assert _one_hot_at(out[2]) == _expected(logits[2], 2**64 - 1, 3, sps[2])
+    assert torch.equal(out[1], logits[1])  # not seeded: untouched, bit for bit
+
+
+def test_v1_position_follows_the_live_output_list_and_batch_moves():
+    proc = SeededSamplingLogitsProcessorV1(None, torch.device("cpu"), False)
+    sp_a, sp_b = _params(5, temperature=1.0), _params(6, temperature=0.5)
+    out_a, out_b = [], [9]
+    proc.update_state(BatchUpdate(2, [], [(0, sp_a, [1, 2, 3], out_a), (1, sp_b, [4], out_b)], []))
+    out_a.append(42)  # vLLM appends generated tokens to the list it handed over
+    logits = _logits(2, seed=1)
+    got = proc.apply(logits.clone())
+    assert _one_hot_at(got[0]) == _expected(logits[0], 5, 4, sp_a)
+    assert _one_hot_at(got[1]) == _expected(logits[1], 6, 2, sp_b)
+    proc.update_state(BatchUpdate(2, [], [], [(0, 1, MoveDirectionality.SWAP)]))
+    swapped = proc.apply(logits.clone())
+    assert _one_hot_at(swapped[1]) == _expected(logits[1], 5, 4, sp_a)
+    assert _one_hot_at(swapped[0]) == _expected(logits[0], 6, 2, sp_b)
+    proc.update_state(BatchUpdate(1, [1], [], [(0, 1, MoveDirectionality.UNIDIRECTIONAL)]))
+    moved = proc.apply(logits.clone())
+    assert _one_hot_at(moved[1]) == _expected(logits[1], 6, 2, sp_b)
+    assert torch.equal(moved[0], logits[0])  # the request that sat there left
+    proc.update_state(BatchUpdate(1, [1], [], []))
+    assert torch.equal(proc.apply(logits.clone()), logits)
+
+
+def test_v1_greedy_requests_get_the_argmax():
+    proc = SeededSamplingLogitsProcessorV1(None, torch.device("cpu"), False)
+    proc.update_state(BatchUpdate(1, [], [(0, _params(3, temperature=0.0), [1], [])], []))
+    logits = _logits(1, seed=2)
+    assert _one_hot_at(proc.apply(logits.clone())[0]) == int(logits[0].argmax())
+
+
+# V2 -----------------------------------------------------------------------------------
+def _request_state(num_slots: int) -> LogitsProcRequestState:
+    # On a real runner these are UVA/pinned buffers, which need an accelerator; the
+    # processor never reads them, so CPU tensors stand in.
+    zeros = torch.zeros(num_slots, dtype=torch.int32)
+    return LogitsProcRequestState(device=torch.device("cpu"), max_num_reqs=num_slots, vocab_size=VOCAB,
+                                  all_token_ids=torch.zeros(num_slots, 64, dtype=torch.int32),
+                                  prompt_len=zeros, prefill_len=zeros, total_len=zeros)  # fmt: skip
+
+
+def _context(slots: list[int], positions: list[int]) -> LogitsContext:
+    mapping = torch.tensor(slots, dtype=torch.int32)
+    return LogitsContext(expanded_idx_mapping=mapping, idx_mapping=mapping, idx_mapping_np=mapping.numpy(),
+                         expanded_local_pos=torch.zeros(len(slots), dtype=torch.int32),
+                         input_ids=torch.zeros(len(slots), dtype=torch.int32),
+                         pos=torch.tensor(positions, dtype=torch.int64),
+                         seq_lens_upper_bound_np=(torch.tensor(positions) + 1).numpy())  # fmt: skip
+
+
+def test_v2_rows_map_to_slots_and_draw_at_pos_plus_one(make_vllm_config):
+    proc = SeededSamplingLogitsProcessor(make_vllm_config(), _request_state(8))
+    assert isinstance(proc, V2Base)
+    sp7, sp2 = _params(7, temperature=0.9, top_p=0.8), _params(8, temperature=1.0, top_k=3)
+    assert proc.add_request(7, sp7) is True
+    assert proc.add_request(2, sp2) is True
+    assert proc.add_request(4, _params(None)) is False
+    logits = _logits(3, seed=3)
+    # rows are reordered every step: row 0 -> slot 2, row 1 -> slot 4, row 2 -> slot 7
+    got = proc.apply(logits.clone(), _context([2, 4, 7], [10, 3, 40]))
+    assert _one_hot_at(got[0]) == _expected(logits[0], 8, 11, sp2)
+    assert torch.equal(got[1], logits[1])
+    assert _one_hot_at(got[2]) == _expected(logits[2], 7, 41, sp7)
+
+
+def test_v2_recycled_slot_forgets_its_previous_occupant(make_vllm_config):
+    proc = SeededSamplingLogitsProcessor(make_vllm_config(), _request_state(4))
+    proc.add_request(1, _params(9))
+    assert proc.add_request(1, _params(None)) is False  # a new, unseeded request in slot 1
+    logits = _logits(1, seed=4)
+    assert torch.equal(proc.apply(logits.clone(), _context([1], [5])), logits)
+
+
+def test_v1_and_v2_draw_the_same_token_for_the_same_request(make_vllm_config):
+    sp = _params(1234, temperature=0.7, top_p=0.95)
+    v1 = SeededSamplingLogitsProcessorV1(None, torch.device("cpu"), False)
+    v1.update_state(BatchUpdate(1, [], [(0, sp, [1, 2, 3, 4], [5, 6])], []))
+    v2 = SeededSamplingLogitsProcessor(make_vllm_config(), _request_state(2))
+    v2.add_request(0, sp)
+    logits = _logits(1, seed=5)
+    # 6 tokens so far: V1 counts them, V2 sees the last one at position 5
+    assert _one_hot_at(v1.apply(logits.clone())[0]) == _one_hot_at(v2.apply(logits.clone(), _context([0], [5]))[0])
+
+
+@pytest.mark.parametrize("bad", [-1, 2**64, "7", 1.5, True])
+def test_bad_seeds_are_rejected_at_admission_with_value_error(bad):
+    sp = _params(None)
+    sp.extra_args = {"reasonserve_seed": bad}  # past vLLM's own range check for extra args
+    for cls in (SeededSamplingLogitsProcessorV1, SeededSamplingLogitsProcessor):
+        with pytest.raises(ValueError, match="reasonserve_seed"):
+            cls.validate_params(sp)
+        cls.validate_params(_params(None))  # not opted in: accepted
+        cls.validate_params(_params(0))
+
+
+def test_a_row_ops_sample_rejects_is_left_to_the_engine(make_vllm_config):
+    proc = SeededSamplingLogitsProcessor(make_vllm_config(), _request_state(2))
+    proc.add_request(0, _params(1))
+    proc.add_request(1, _params(2))
+    logits = _logits(2, seed=6)
+    logits[0] = float("-inf")  # nothing can be sampled from this row
+    got = proc.apply(logits.clone(), _context([0, 1], [3, 3]))
+    assert torch.equal(got[0], logits[0])
+    assert _one_hot_at(got[1]) == _expected(logits[1], 2, 4, _params(2))
