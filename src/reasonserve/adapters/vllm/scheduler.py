@@ -1,0 +1,99 @@
+"""Experimental phase-aware scheduling for vLLM (``--scheduler-cls``), after PASCAL.
+
+vLLM's FCFS scheduler serves ``self.running`` in list order, admits from the front of
+``self.waiting``, and when KV blocks run out preempts the last running request. Before
+each ``schedule()`` these subclasses reorder both by the PASCAL policy's ranking
+(:meth:`reasonserve.policies.pascal.PascalPolicy.rank_key`: reasoning before answering,
+round-robin with a token quantum inside each queue, demotion of very long reasoning),
+then let vLLM schedule as usual. So reasoning requests get the token budget and KV
+first, and answering requests are the ones preempted (PASCAL's controlled preemption;
+vLLM recomputes instead of swapping). The phase comes from the generated ids: a request
+answers once it has produced an end-of-thinking token (:mod:`..phase_book`).
+
+Configure with ``--additional-config '{"reasonserve": {"think_end_token_id": ID}}'``
+(optionally ``quantum`` and ``demote_threshold_tokens``) and
+``--scheduling-policy fcfs`` (the default; the priority policy keeps a heap that
+cannot be reordered). Experimental: vLLM says its scheduler interface is not public;
+this was checked against vLLM 0.33 (``tests/adapters``).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from vllm.v1.core.sched.async_scheduler import AsyncScheduler
+from vllm.v1.core.sched.request_queue import SchedulingPolicy
+from vllm.v1.core.sched.scheduler import Scheduler
+
+from reasonserve.adapters.phase_book import CONFIG_KEY, PhaseAwareConfig, PhaseBook
+from reasonserve.core.errors import InvalidArgumentError
+
+__all__ = ["PhaseAwareScheduler", "PhaseAwareSyncScheduler"]
+
+_log = logging.getLogger(__name__)
+
+
+class _PhaseAware:
+    """The reordering shared by the async and the synchronous variants."""
+
+    def _init_phase_aware(self) -> None:
+        if self.policy != SchedulingPolicy.FCFS:
+            raise InvalidArgumentError(
+                "the reasonserve phase-aware scheduler needs --scheduling-policy fcfs "
+                f"(got {self.policy.value}); it orders the queues itself"
+            )
+        extra = self.vllm_config.additional_config
+        settings = extra.get(CONFIG_KEY) if isinstance(extra, dict) else None
+        if settings is None:
+            raise InvalidArgumentError(
+                "the reasonserve phase-aware scheduler needs --additional-config "
+                '\'{"reasonserve": {"think_end_token_id": ID}}\' (the id of </think>)'
+            )
+        config = PhaseAwareConfig.from_mapping(settings)
+        self.phase_book = PhaseBook(config)
+        self.pascal = config.policy()
+
+    def schedule(self, *args, **kwargs):
+        self.reorder_queues(time.time())
+        return super().schedule(*args, **kwargs)
+
+    def reorder_queues(self, now_s: float) -> None:
+        """Sort ``running`` and ``waiting`` by the PASCAL rank (stable, ties by id)."""
+        rank = self.pascal.rank_key
+        self.running.sort(key=lambda r: rank(self._view(r, True, now_s), True))
+        waiting = self.waiting
+        if len(waiting) > 1 and hasattr(waiting, "clear") and hasattr(waiting, "extend"):
+            ordered = sorted(waiting, key=lambda r: rank(self._view(r, False, now_s), False))
+            waiting.clear()
+            waiting.extend(ordered)
+        elif len(waiting) == 1:
+            self._view(next(iter(waiting)), False, now_s)
+        self.phase_book.retain(self.requests)
+
+    def _view(self, request, running: bool, now_s: float):
+        return self.phase_book.view(
+            request.request_id,
+            arrival_s=request.arrival_time,
+            num_prompt_tokens=request.num_prompt_tokens,
+            num_computed_tokens=request.num_computed_tokens,
+            output_ids=request.output_token_ids,
+            running=running,
+            now_s=now_s,
+        )
+
+
+class PhaseAwareScheduler(_PhaseAware, AsyncScheduler):
+    """For ``--scheduler-cls`` with async scheduling (vLLM's default on GPUs)."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self._init_phase_aware()
+
+
+class PhaseAwareSyncScheduler(_PhaseAware, Scheduler):
+    """For ``--scheduler-cls`` with ``--no-async-scheduling``."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self._init_phase_aware()
