@@ -1,8 +1,9 @@
 """An :class:`EngineClient` over an in-process :class:`~reasonserve.engine.Engine`.
 
 One driver task per client runs ``engine.step()`` in a worker thread while requests
-are live; requests are added and aborted on the event loop *between* steps (commands
-queue up while a step runs), so the engine is never touched by two threads at once.
+are live; requests are added and aborted on the event loop *between* steps (at once
+when no step runs, else right after it), so the engine is never touched by two threads
+at once. Use one client per engine; ``aclose()`` aborts what is live and waits.
 Stop strings are matched on the decoded text; the request is aborted at the match.
 Probes are ordinary greedy requests over ``prefix + suffix``: the engine's prefix cache
 serves the prefix's full blocks (``ProbeResult.num_computed_tokens`` says how many
@@ -52,6 +53,7 @@ class EmbeddedClient:
         self._commands: list = []
         self._live: dict[str, _Live] = {}
         self._driver: asyncio.Task | None = None
+        self._stepping = False
 
     @property
     def capabilities(self) -> Capabilities:
@@ -80,10 +82,10 @@ class EmbeddedClient:
         params = SamplingParams(max_tokens=req.max_tokens, temperature=float(req.temperature),
                                 top_p=float(req.top_p), seed=req.seed, priority=req.priority)  # fmt: skip
         live = _Live(asyncio.Queue())
-        await self._submit(_Add(rid, prompt, params, live))
         decoder = IncrementalDecoder(self.engine.tokenizer) if self.engine.tokenizer else None
         text, finished = "", False
         try:
+            await self._submit(_Add(rid, prompt, params, live))
             while not finished:
                 event = await live.queue.get()
                 if isinstance(event, Exception):
@@ -98,8 +100,12 @@ class EmbeddedClient:
                 finished = reason is not None
                 yield Chunk(rid, piece, tuple(tokens), reason), out
         finally:
-            if not finished or rid in self._live:  # cancelled, or ended here by a stop string
-                self._command(("abort", rid))
+            if not finished:  # cancelled or closed early: abort (after the running step)
+                self._command(("abort", rid, None))
+            elif rid in self._live:  # ended here by a stop string: wait until it is aborted
+                aborted = asyncio.get_running_loop().create_future()
+                self._command(("abort", rid, aborted))
+                await aborted
 
     def _encode(self, prompt: str | tuple[int, ...]) -> list[int]:
         if not isinstance(prompt, str):
@@ -119,7 +125,7 @@ class EmbeddedClient:
         return ProbeResult(out.text, out.token_ids, out.finish_reason, n, computed, out.elapsed_s)
 
     async def abort(self, request_id: str) -> None:
-        self._command(("abort", request_id))
+        self._command(("abort", request_id, None))
 
     async def score(self, prompt: str, responses: Sequence[str]) -> list[float]:
         if self._scorer is None:
@@ -132,19 +138,25 @@ class EmbeddedClient:
         await add.done
 
     def _command(self, command) -> None:
-        self._commands.append(command)
-        if self._driver is None or self._driver.done():
+        """Apply now when no step is running (the loop thread owns the engine then);
+        otherwise queue it for the driver, which applies it right after the step."""
+        if self._stepping:
+            self._commands.append(command)
+        else:
+            self._apply(command)
+        if self.engine.has_unfinished() and (self._driver is None or self._driver.done()):
             self._driver = asyncio.ensure_future(self._drive())
 
+    async def aclose(self) -> None:
+        """Abort every live request and wait for the driver to stop."""
+        for rid in list(self._live):
+            self._command(("abort", rid, None))
+        if self._driver is not None:
+            await self._driver
+
     async def _drive(self) -> None:
-        while True:
-            commands, self._commands = self._commands, []
-            for command in commands:
-                self._apply(command)
-            if not self.engine.has_unfinished():
-                if not self._commands:
-                    return
-                continue
+        while self.engine.has_unfinished():
+            self._stepping = True
             try:
                 outs = await asyncio.to_thread(self.engine.step)
             except Exception as err:  # fail every live request; the engine is left to its owner
@@ -153,8 +165,13 @@ class EmbeddedClient:
                 self._live.clear()
                 for rid in list(self.engine.scheduler.by_id):
                     self._abort(rid)
-                continue
+                outs = []
+            finally:
+                self._stepping = False
             self._publish(outs)
+            commands, self._commands = self._commands, []
+            for command in commands:
+                self._apply(command)
 
     def _apply(self, command) -> None:
         if isinstance(command, _Add):
@@ -168,7 +185,10 @@ class EmbeddedClient:
             if not command.done.done():
                 command.done.set_result(None)
         else:
-            self._abort(command[1])
+            _, rid, done = command
+            self._abort(rid)
+            if done is not None and not done.done():
+                done.set_result(None)
 
     def _abort(self, rid: str) -> None:
         live = self._live.pop(rid, None)
