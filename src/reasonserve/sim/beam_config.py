@@ -1,0 +1,98 @@
+"""Beam-search serving on one GPU (FlashTTS §3-4): configuration and results.
+
+A generator and a PRM verifier share one instance's KV memory. Requests (beam searches)
+arrive as a Poisson process; each iteration every active beam extends by one recorded
+step (variable length), the verifier scores the steps, and the top beams are kept and
+duplicated (:mod:`reasonserve.sim.beam_tree`). Costs come from the roofline cost model.
+
+The baseline is vLLM-like: no speculation, FCFS order with a kept beam's copies enqueued
+copy by copy (parents interleaved), the KV split evenly between the two models, prefix
+caching on. Each FlashTTS part is a switch: ``prefix_aware`` (greedy prefix order,
+:func:`~reasonserve.policies.flashtts_prefix.prefix_order`), ``roofline`` (the KV split and
+batch sizes of :class:`~reasonserve.policies.flashtts_kv.RooflineKVAllocator`),
+``speculation`` (speculative beam extension with SelectSpec and the two-phase control)
+and ``lookahead`` (look-ahead verification; on with speculation unless set).
+
+Precise goodput = mean tokens per finished beam / mean beam completion time (from the
+request's arrival to the verification that finished the beam).
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass, field
+
+from reasonserve.core.errors import InvalidArgumentError
+from reasonserve.policies.flashtts_kv import KVPlan
+from reasonserve.policies.flashtts_spec import SelectSpec
+from reasonserve.sim.beam_models import BeamSetting
+from reasonserve.sim.beam_workload import BeamSearchSpec
+
+__all__ = ["BeamServeConfig", "BeamServeResult"]
+
+
+@dataclass(frozen=True, slots=True)
+class BeamServeConfig:
+    setting: BeamSetting
+    search: BeamSearchSpec = field(default_factory=BeamSearchSpec)
+    prefix_aware: bool = False
+    roofline: bool = False
+    speculation: bool = False
+    lookahead: bool | None = None  # None: on with speculation
+    max_num_seqs: int = 256  # vLLM's default, per model, when not set by the allocator
+    truncation_mean: float = 0.85
+
+    def __post_init__(self) -> None:
+        for fname in ("prefix_aware", "roofline", "speculation"):
+            if not isinstance(getattr(self, fname), bool):
+                raise InvalidArgumentError(f"{fname} must be a bool, got {getattr(self, fname)!r}")
+        if self.lookahead not in (None, True, False):
+            raise InvalidArgumentError(f"lookahead must be None or a bool, got {self.lookahead!r}")
+        if self.lookahead and not self.speculation:
+            raise InvalidArgumentError("lookahead verification needs speculation=True")
+        if (
+            isinstance(self.max_num_seqs, bool)
+            or not isinstance(self.max_num_seqs, int)
+            or self.max_num_seqs < 1
+        ):
+            raise InvalidArgumentError(f"max_num_seqs must be an int >= 1, got {self.max_num_seqs!r}")
+        self.selector()  # validates truncation_mean
+
+    @property
+    def use_lookahead(self) -> bool:
+        return self.speculation if self.lookahead is None else self.lookahead
+
+    def selector(self) -> SelectSpec:
+        return SelectSpec(branching=self.search.branching, truncation_mean=self.truncation_mean)
+
+
+@dataclass(slots=True)
+class BeamServeResult:
+    """``beams``: (request id, beam id, tokens, completion s) per finished beam;
+    ``selections``: per request, the kept beam ids of every iteration."""
+
+    beams: list[tuple[str, str, int, float]]
+    latencies_s: dict[str, float]
+    selections: dict[str, tuple[tuple[str, ...], ...]]
+    counters: dict[str, float]
+    plan: KVPlan | None
+    capacities: dict[str, int]
+
+    def summary(self) -> dict:
+        if not self.beams:
+            raise InvalidArgumentError("no beam finished: nothing to summarize")
+        tokens = statistics.fmean(b[2] for b in self.beams)
+        completion = statistics.fmean(b[3] for b in self.beams)
+        lat = sorted(self.latencies_s.values())
+        return {
+            "precise_goodput_tokens_s": tokens / completion,
+            "mean_tokens_per_beam": tokens,
+            "mean_beam_completion_s": completion,
+            "mean_latency_s": statistics.fmean(lat),
+            "p90_latency_s": lat[min(len(lat) - 1, int(0.9 * len(lat)))],
+            "finished_beams": len(self.beams),
+            "requests": len(lat),
+            **self.counters,
+            "capacities_tokens": dict(self.capacities),
+            "plan": None if self.plan is None else {k: getattr(self.plan, k) for k in self.plan.__slots__},
+        }

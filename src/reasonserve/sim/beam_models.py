@@ -1,0 +1,71 @@
+"""The FlashTTS paper's generator/verifier pairs on an RTX 4090 (§6.1), for the beam-search
+simulator. Shapes are from the models' published ``config.json``:
+
+* Qwen2.5-Math-1.5B (generator) and Skywork-o1-Open-PRM-Qwen-2.5-1.5B (verifier, the same
+  Qwen2.5-1.5B shape): 28 layers, hidden 1536, 2 KV heads x 128, 1.54 B parameters.
+* Qwen2.5-Math-7B: 28 layers, hidden 3584, 4 KV heads x 128, 7.62 B parameters.
+* Math-Shepherd-Mistral-7B-PRM (Mistral-7B shape): 32 layers, hidden 4096, 8 KV heads x 128,
+  7.24 B parameters.
+
+KV budget ``M`` = the GPU memory fraction the paper gives both models (40% for 1.5B+1.5B,
+90% for the other two) minus both models' BF16 weights; activations and the CUDA context
+are not modelled.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from reasonserve.core.errors import InvalidArgumentError
+from reasonserve.sim.cost_model import RooflineCostModel
+from reasonserve.sim.hardware import HARDWARE, HardwareSpec
+from reasonserve.sim.model_spec import ModelSpec
+
+__all__ = ["BEAM_MODELS", "BEAM_SETTINGS", "BeamSetting"]
+
+BEAM_MODELS = {
+    "qwen2.5-math-1.5b": ModelSpec("qwen2.5-math-1.5b", 1.54e9, 28, 1536, 2, 128),
+    "qwen2.5-math-7b": ModelSpec("qwen2.5-math-7b", 7.62e9, 28, 3584, 4, 128),
+    "skywork-prm-1.5b": ModelSpec("skywork-prm-1.5b", 1.54e9, 28, 1536, 2, 128),
+    "math-shepherd-7b": ModelSpec("math-shepherd-7b", 7.24e9, 32, 4096, 8, 128),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class BeamSetting:
+    name: str
+    generator: ModelSpec
+    verifier: ModelSpec
+    hardware: HardwareSpec
+    memory_fraction: float
+
+    def __post_init__(self) -> None:
+        f = self.memory_fraction
+        if isinstance(f, bool) or not isinstance(f, (int, float)) or not 0 < f <= 1:
+            raise InvalidArgumentError(f"memory_fraction must be in (0, 1], got {f!r}")
+        if self.kv_bytes <= 0:
+            raise InvalidArgumentError(
+                f"setting {self.name!r}: both models' weights do not fit in {f:.0%} of {self.hardware.name}"
+            )
+
+    @property
+    def kv_bytes(self) -> float:
+        """M: the KV budget the two models share."""
+        used = self.generator.weight_bytes + self.verifier.weight_bytes
+        return self.hardware.memory_bytes * self.memory_fraction - used
+
+    def costs(self) -> tuple[RooflineCostModel, RooflineCostModel]:
+        """(generator, verifier) roofline cost models with the simulator's default constants."""
+        return RooflineCostModel(self.hardware, self.generator), RooflineCostModel(
+            self.hardware, self.verifier
+        )
+
+
+BEAM_SETTINGS = {
+    "1.5b+1.5b": BeamSetting("1.5b+1.5b", BEAM_MODELS["qwen2.5-math-1.5b"], BEAM_MODELS["skywork-prm-1.5b"],
+                             HARDWARE["rtx4090"], 0.4),
+    "1.5b+7b": BeamSetting("1.5b+7b", BEAM_MODELS["qwen2.5-math-1.5b"], BEAM_MODELS["math-shepherd-7b"],
+                           HARDWARE["rtx4090"], 0.9),
+    "7b+1.5b": BeamSetting("7b+1.5b", BEAM_MODELS["qwen2.5-math-7b"], BEAM_MODELS["skywork-prm-1.5b"],
+                           HARDWARE["rtx4090"], 0.9),
+}  # fmt: skip
