@@ -86,6 +86,7 @@ class _Loop:
         self.moving = Migrations()
         self.pending: list[tuple[float, str, SimRequest]] = []  # arrivals, a heap
         self.programs: ProgramHost | None = None
+        self.reported = [0] * len(self.instances)  # finished requests already told to the programs
 
     def wake(self, k: int, now: float) -> None:
         if not self.scheduled[k]:
@@ -155,16 +156,25 @@ class _Loop:
             if holder is not None and holder.by_id[rid].status in ("waiting", "running"):
                 holder._finish(holder.by_id[rid], "stop", now)
 
+    def report_finished(self, now: float) -> None:
+        """Tell the programs (if any) about requests finished since the last report, wherever
+        they finished (a step, a run advanced at an arrival)."""
+        if self.programs is None:
+            return
+        for k, inst in enumerate(self.instances):
+            if len(inst.finished) > self.reported[k]:
+                new = inst.finished[self.reported[k] :]
+                self.reported[k] = len(inst.finished)
+                self.program_events(new, now)
+
     def step(self, now: float, k: int, check: bool) -> None:
         if now > self.config.max_sim_s:
             raise PolicyError(
                 f"simulation passed max_sim_s={self.config.max_sim_s}; a policy is not making progress"
             )
         inst = self.instances[k]
-        seen = len(inst.finished)
         duration = inst.step(now)
-        if self.programs is not None and len(inst.finished) > seen:
-            self.program_events(inst.finished[seen:], now + duration)
+        self.report_finished(now + duration)
         moved, inst.transitions = inst.transitions, []
         for seq in moved:
             self.transition(inst, seq, now + duration)
@@ -205,6 +215,7 @@ def simulate(
         else:
             now, k = heapq.heappop(loop.events)
             loop.step(now, k, check_every_step)
+        loop.report_finished(now)
     instances = loop.instances
     stuck = [s.request_id for inst in instances for s in inst.waiting + inst.running]
     if stuck:
