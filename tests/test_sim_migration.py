@@ -59,11 +59,13 @@ REQUEST = st.tuples(st.floats(0, 2), st.integers(1, 40), st.integers(1, 60), st.
     st.sampled_from([160, 320, 1024]),
     st.integers(1, 5),
     st.sampled_from([PascalRouter(), PascalRouter(adaptive=False)]),
+    st.sampled_from([1, 6]),
 )
-def test_migration_never_loses_kv_or_requests(rows, n, capacity, seats, router):
+def test_migration_never_loses_kv_or_requests(rows, n, capacity, seats, router, steps_per_event):
     reqs = [SimRequest(f"q{i:02d}", a, p, r, x) for i, (a, p, r, x) in enumerate(rows)]
     cfg = SimConfig(num_instances=n, kv_capacity_tokens=capacity, block_size=4, max_num_seqs=seats,
-                    max_num_batched_tokens=64, model="qwen2.5-7b")  # fmt: skip
+                    max_num_batched_tokens=64, model="qwen2.5-7b",
+                    decode_steps_per_event=steps_per_event)  # fmt: skip
     res = simulate(reqs, cfg, lambda: PascalPolicy(quantum=8, demote_threshold_tokens=60), router,
                    check_every_step=True)  # fmt: skip
     assert [s.request_id for s in res.sequences] == sorted(r.request_id for r in reqs)

@@ -43,6 +43,7 @@ def workloads(draw):
         max_num_batched_tokens=draw(st.sampled_from([16, 64, 512])),
         preemption=draw(st.sampled_from(["swap", "recompute"])),
         model="qwen2.5-7b",
+        decode_steps_per_event=draw(st.sampled_from([1, 5])),
     )
     return reqs, cfg
 

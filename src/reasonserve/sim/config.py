@@ -21,7 +21,9 @@ def _positive_int(name: str, value: object, low: int = 1) -> None:
 class SimConfig:
     """N identical instances of ``model`` on ``hardware``. ``kv_capacity_tokens=None``
     derives each instance's KV capacity from the memory left beside the weights at
-    ``gpu_memory_utilization`` (vLLM's default 0.9). SLO targets are PASCAL's."""
+    ``gpu_memory_utilization`` (vLLM's default 0.9). SLO targets are PASCAL's.
+``decode_steps_per_event`` > 1 lets a decode-only batch run that many iterations per
+policy decision (faster; the approximation is described in :mod:`reasonserve.sim.run`)."""
 
     num_instances: int = 8
     hardware: str = "h100"
@@ -36,10 +38,11 @@ class SimConfig:
     ttfat_slo_s: float = 0.25
     qoe_slo: float = 0.95
     max_sim_s: float = 1e7  # a guard against a policy that never lets work finish
+    decode_steps_per_event: int = 1  # k > 1: coarse event steps (see reasonserve.sim.run)
 
     def __post_init__(self) -> None:
         _positive_int("num_instances", self.num_instances)
-        for name in ("block_size", "max_num_seqs", "max_num_batched_tokens"):
+        for name in ("block_size", "max_num_seqs", "max_num_batched_tokens", "decode_steps_per_event"):
             _positive_int(name, getattr(self, name))
         if self.hardware not in HARDWARE:
             raise InvalidArgumentError(

@@ -63,6 +63,22 @@ class RooflineCostModel:
         memory = bytes_ / (self.hardware.memory_bandwidth_bytes_s * self.bandwidth_efficiency)
         return max(compute, memory) + self.step_overhead_s
 
+    def decode_iterations_s(self, batch: int, context_sum: int, iterations: int) -> list[float]:
+        """Seconds of ``iterations`` consecutive decode steps of ``batch`` sequences whose
+        contexts sum to ``context_sum`` at the first (each step adds ``batch``); the same as
+        :meth:`step_s` on ``[(1, c) for c in contexts]`` step after step."""
+        m = self.model
+        attn = 4 * m.num_layers * m.hidden_size
+        peak = self.hardware.peak_flops * self.compute_efficiency
+        bandwidth = self.hardware.memory_bandwidth_bytes_s * self.bandwidth_efficiency
+        out = []
+        for i in range(iterations):
+            context = context_sum + i * batch
+            flops = 2 * m.num_params * batch + attn * (context + batch / 2)
+            bytes_ = m.kv_bytes_per_token * (context + batch) + m.weight_bytes
+            out.append(max(flops / peak, bytes_ / bandwidth) + self.step_overhead_s)
+        return out
+
     def swap_s(self, num_tokens: int) -> float:
         """Copying ``num_tokens`` tokens of KV over the host link (one direction)."""
         return num_tokens * self.model.kv_bytes_per_token / self.hardware.host_link_bytes_s

@@ -6,7 +6,6 @@ so the same policy objects run on both."""
 from __future__ import annotations
 
 from reasonserve.core.errors import PolicyError
-from reasonserve.core.phase import Phase
 from reasonserve.core.policy import check_policy, policy_name
 from reasonserve.core.views import RequestView, SchedulerView
 from reasonserve.policies.pacer import TokenPacer
@@ -14,6 +13,7 @@ from reasonserve.policies.router import InstanceLoad
 from reasonserve.sim.config import SimConfig
 from reasonserve.sim.cost_model import RooflineCostModel
 from reasonserve.sim.plan import SimPlan, check_plan
+from reasonserve.sim.run import StepRun
 from reasonserve.sim.sequence import SimSequence
 from reasonserve.sim.workload import SimRequest
 
@@ -31,6 +31,7 @@ class SimInstance:
         self.by_id: dict[str, SimSequence] = {}
         self.finished: list[SimSequence] = []
         self.transitions: list[SimSequence] = []  # reached end of thinking this step (still running)
+        self.run: StepRun | None = None  # the run in progress (applied as time passes)
         self.steps = 0
 
     def blocks_for(self, tokens: int) -> int:
@@ -66,21 +67,37 @@ class SimInstance:
                              instance_id=self.instance_id)  # fmt: skip
 
     def load(self, now_s: float, pacer: TokenPacer) -> InstanceLoad:
-        live = self.running + self.waiting
-        behind = any(
-            pacer.behind(s.answer_times[0], len(s.answer_times), now_s) for s in live if s.answer_times
-        )
-        reasoning = sum(1 for s in live if s.phase in (Phase.PREFILL, Phase.REASONING))
-        fresh = sum(1 for s in self.running if s.phase is Phase.ANSWERING and s.quantum_used == 0)
-        fresh += sum(1 for s in self.waiting if s.phase is Phase.ANSWERING)
+        """PASCAL's instance state (one pass over the live requests): ``t_i`` is False when
+        an answering request's pacer has run dry, ``r_i`` counts prefill/reasoning requests,
+        ``a_i`` answering requests not yet run since (re-)admission."""
+        behind, reasoning, fresh = False, 0, 0
+        for s in self.running + self.waiting:
+            out = s.num_output
+            if out == 0 or out < s.req.reasoning_tokens:  # Phase.PREFILL or Phase.REASONING
+                reasoning += 1
+                continue
+            if s.status != "running" or s.quantum_used == 0:
+                fresh += 1
+            times = s.answer_times
+            if times and not behind:
+                behind = pacer.behind(times[0], len(times), now_s)
         used = self.total_blocks - self.free_blocks
         return InstanceLoad(
             self.instance_id, used + self.host_blocks, not behind, reasoning, fresh, self.free_blocks
         )
 
     # one step --------------------------------------------------------------------------
+    def finish_run(self, now_s: float) -> None:
+        """Apply what is left of the run in progress (its requests' finishes and ends of
+        thinking happen now; the latter wait in :attr:`transitions`)."""
+        if self.run is not None:
+            self.advance(now_s, last=True)
+            self.run = None
+
     def step(self, now_s: float) -> float:
-        """Decide, apply, run one step; returns its duration (0.0 when nothing ran)."""
+        """Finish the run in progress, then decide, apply and start the next run; returns
+        the time until the next step (0.0 when nothing ran)."""
+        self.finish_run(now_s)
         plan = check_plan(self.policy.decide(self.view(now_s)), self, self.policy_name)
         extra_s = self._apply(plan, now_s)
         self.steps += 1
@@ -90,9 +107,56 @@ class SimInstance:
             work = self._hand_out(plan)
         if not work:
             return extra_s
-        duration = extra_s + self.cost.step_s([(n, s.num_computed) for s, n in work])
-        self._complete(work, now_s + duration)
-        return duration
+        self.run = self._start_run(work, now_s + extra_s)
+        self.steps += len(self.run.ends) - 1
+        return self.run.end_s - now_s
+
+    def _start_run(self, work: list[tuple[SimSequence, int]], start_s: float) -> StepRun:
+        held = [s.num_blocks for s, _ in work]
+        k, most = 1, self.config.decode_steps_per_event
+        if most > 1 and all(s.num_tokens - s.num_computed == 1 for s, _ in work):  # decodes only
+            k = min(most, min(s.tokens_to_event() for s, _ in work))
+            while k > 1 and self._growth(work, k) > self.free_blocks:
+                k -= 1
+        if k == 1:
+            return StepRun(work, start_s, [self.cost.step_s([(n, s.num_computed) for s, n in work])], held)
+        for s, _ in work:  # reserve the blocks the later iterations fill
+            grow = self.blocks_for(s.num_computed + k) - s.num_blocks
+            if grow > 0:
+                self.free_blocks -= grow
+                s.num_blocks += grow
+        context = sum(s.num_computed for s, _ in work)
+        return StepRun(work, start_s, self.cost.decode_iterations_s(len(work), context, k), held)
+
+    def _growth(self, work: list[tuple[SimSequence, int]], k: int) -> int:
+        return sum(max(0, self.blocks_for(s.num_computed + k) - s.num_blocks) for s, _ in work)
+
+    def advance(self, now_s: float, *, last: bool = False) -> None:
+        """Apply the run's iterations that ended by ``now_s`` (the last one only if ``last``)."""
+        run = self.run
+        if run is None:
+            return
+        upto = run.due(now_s, last=last)
+        if upto > run.applied:
+            self._complete(run, upto)
+
+    def cut(self, now_s: float) -> float:
+        """Stop the run at the iteration in progress at ``now_s`` (a request landed); give
+        back the blocks reserved for the dropped iterations; returns when it ends."""
+        run = self.run
+        if run is None:
+            return now_s
+        upto = run.in_progress(now_s)
+        if upto > run.applied:
+            self._complete(run, upto)
+        for (s, _), held in zip(run.work, run.held, strict=True):
+            keep = max(held, self.blocks_for(s.num_computed))
+            if s.status == "running" and s.num_blocks > keep:
+                self.free_blocks += s.num_blocks - keep
+                s.num_blocks = keep
+        end = run.ends[upto - 1]
+        run.ends = run.ends[:upto]
+        return end
 
     def _apply(self, plan: SimPlan, now_s: float) -> float:
         extra_s = 0.0
@@ -151,15 +215,28 @@ class SimInstance:
             budget -= n
         return out
 
-    def _complete(self, work: list[tuple[SimSequence, int]], end_s: float) -> None:
-        for s, n in work:
-            s.num_computed += n
-            s.quantum_used += n
-            if s.num_computed == s.num_tokens:
-                if s.emit(end_s):
-                    self._finish(s, "length", end_s)
-                elif s.num_output == s.req.reasoning_tokens:
-                    self.transitions.append(s)
+    def _complete(self, run: StepRun, upto: int) -> None:
+        """Apply iterations ``run.applied`` .. ``upto - 1`` of ``run``."""
+        first = run.applied == 0
+        lo, hi = max(run.applied, 1), upto
+        run.applied = upto
+        for s, n in run.work:
+            if s.status != "running":
+                continue
+            done = emitted = False
+            if first:
+                s.num_computed += n
+                s.quantum_used += n
+                if s.num_computed == s.num_tokens:
+                    emitted, done = True, s.emit(run.ends[0])
+            if hi > lo and not done:
+                s.num_computed += hi - lo
+                s.quantum_used += hi - lo
+                emitted, done = True, s.emit_many(run.ends[lo:hi])
+            if done:
+                self._finish(s, "length", run.ends[hi - 1] if hi > lo else run.ends[0])
+            elif emitted and s.num_output == s.req.reasoning_tokens:
+                self.transitions.append(s)
 
     # migration (PASCAL Algorithm 2) ------------------------------------------------------
     def release(self, s: SimSequence) -> int:

@@ -55,3 +55,22 @@ class SimSequence:
         elif self.num_output > self.req.reasoning_tokens:
             self.answer_times.append(now_s)
         return self.num_output >= self.req.output_tokens
+
+    def emit_many(self, times: list[float]) -> bool:
+        """One token sampled at each of ``times`` (as many :meth:`emit` calls)."""
+        before, r = self.num_output, self.req.reasoning_tokens
+        self.num_output += len(times)
+        if self.first_token_s is None:
+            self.first_token_s = times[0]
+        if before < r <= self.num_output:
+            self.end_of_thinking_s = times[r - before - 1]
+        first_answer = max(0, r - before)
+        if first_answer < len(times):
+            self.answer_times.extend(times[first_answer:])
+        return self.num_output >= self.req.output_tokens
+
+    def tokens_to_event(self) -> int:
+        """Tokens it can emit before it finishes or reaches its end of thinking (inclusive)."""
+        left = self.req.output_tokens - self.num_output
+        think = self.req.reasoning_tokens - self.num_output
+        return min(left, think) if think > 0 else left

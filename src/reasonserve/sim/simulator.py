@@ -80,7 +80,8 @@ class _Loop:
             SimInstance(str(i), config, self.cost, policy_factory()) for i in range(config.num_instances)
         ]
         self.index = {inst.instance_id: k for k, inst in enumerate(self.instances)}
-        self.events: list[tuple[float, int]] = []  # (time the instance's next step starts, index)
+        self.events: list[tuple[float, int, int]] = []  # (next step start, index, version)
+        self.version = [0] * len(self.instances)  # an event with an older version is stale
         self.scheduled = [False] * len(self.instances)
         self.placements: dict[str, str] = {}
         self.moving = Migrations()
@@ -90,8 +91,17 @@ class _Loop:
 
     def wake(self, k: int, now: float) -> None:
         if not self.scheduled[k]:
-            heapq.heappush(self.events, (now, k))
-            self.scheduled[k] = True
+            self.schedule(k, now)
+
+    def schedule(self, k: int, when: float) -> None:
+        self.version[k] += 1
+        heapq.heappush(self.events, (when, k, self.version[k]))
+        self.scheduled[k] = True
+
+    def loads(self, now: float) -> list:
+        for inst in self.instances:  # the iterations that ended by now have happened
+            inst.advance(now)
+        return [inst.load(now, self.pacer) for inst in self.instances]
 
     def target(self, chosen: object) -> int:
         k = self.index.get(str(chosen))
@@ -100,7 +110,7 @@ class _Loop:
         return k
 
     def arrive(self, req: SimRequest, now: float) -> None:
-        loads = [inst.load(now, self.pacer) for inst in self.instances]
+        loads = self.loads(now)
         k = self.target(self.router.route(_arrival_view(req), loads))
         self.instances[k].add(req, now)
         self.placements[req.request_id] = self.instances[k].instance_id
@@ -110,7 +120,7 @@ class _Loop:
         """Ask the router where ``seq``'s answering phase runs; start a migration if elsewhere."""
         if seq.status != "running":
             return
-        loads = [inst.load(now, self.pacer) for inst in self.instances]
+        loads = self.loads(now)
         need = src.blocks_for(seq.num_computed)
         k = self.target(self.router.route_transition(src.request_view(seq), src.instance_id, loads, need))
         if self.instances[k] is src:
@@ -125,6 +135,8 @@ class _Loop:
     def land(self) -> None:
         seq, record, k = self.moving.pop()
         dst = self.instances[k]
+        if dst.run is not None:  # stop its run at the iteration in progress: the request joins next
+            self.schedule(k, dst.cut(record.end_s))
         on_gpu = dst.receive(seq, record.end_s)
         blocks_in = seq.num_blocks if on_gpu else dst.blocks_for(seq.num_computed)
         self.moving.done.append(replace(record, blocks_in=blocks_in, on_gpu=on_gpu))
@@ -173,16 +185,17 @@ class _Loop:
                 f"simulation passed max_sim_s={self.config.max_sim_s}; a policy is not making progress"
             )
         inst = self.instances[k]
-        duration = inst.step(now)
-        self.report_finished(now + duration)
+        inst.finish_run(now)
+        self.report_finished(now)  # programs react before the next decision
         moved, inst.transitions = inst.transitions, []
-        for seq in moved:
-            self.transition(inst, seq, now + duration)
+        for seq in moved:  # placed before the next decision, so a leaving request is not batched
+            self.transition(inst, seq, now)
+        duration = inst.step(now)
         if check:
             self.check()
-        self.scheduled[k] = inst.has_work and duration > 0
-        if self.scheduled[k]:
-            heapq.heappush(self.events, (now + duration, k))
+        self.scheduled[k] = False
+        if inst.has_work and duration > 0:
+            self.schedule(k, now + duration)
 
 
 def simulate(
@@ -213,8 +226,9 @@ def simulate(
             now = t_land
             loop.land()
         else:
-            now, k = heapq.heappop(loop.events)
-            loop.step(now, k, check_every_step)
+            now, k, version = heapq.heappop(loop.events)
+            if version == loop.version[k]:
+                loop.step(now, k, check_every_step)
         loop.report_finished(now)
     instances = loop.instances
     stuck = [s.request_id for inst in instances for s in inst.waiting + inst.running]
