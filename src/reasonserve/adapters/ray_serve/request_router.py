@@ -43,7 +43,7 @@ class PascalRequestRouter(RequestRouter):
         self.recent: dict[str, list[Placement]] = defaultdict(list)
         self.in_flight: dict[str, int] = defaultdict(int)
         self.last_decision: Decision | None = None
-        self._routed: dict[str, tuple[str, Job]] = {}  # internal request id -> (replica, job)
+        self._placed: dict[str, tuple[str, Job, Placement]] = {}  # ranked, not yet sent
         self._last_fallback: tuple[str | None, float] = (None, 0.0)
 
     async def choose_replicas(
@@ -71,21 +71,34 @@ class PascalRequestRouter(RequestRouter):
         )
         self.last_decision = decision
         self._report(job, decision)
+        self._place(pending_request.metadata.internal_request_id, decision.chosen, job, now)
         return [[by_id[decision.chosen]], [by_id[r] for r in decision.ranking[1:]]]
 
+    def _place(self, key: str, rid: str, job: Job, now_s: float) -> None:
+        """Count a placement at once, so requests routed in the same instant (before any is
+        sent) see each other; a request ranked again moves its placement."""
+        self._unplace(key)
+        blocks = job.blocks(self.block_size) if job.current_replica != rid else 0
+        placement = Placement(now_s, blocks, job.kind != "answer")
+        self.recent[rid].append(placement)
+        self._placed[key] = (rid, job, placement)
+
+    def _unplace(self, key: str) -> None:
+        rid, _, placement = self._placed.pop(key, (None, None, None))
+        if rid is not None and placement in self.recent.get(rid, ()):
+            self.recent[rid].remove(placement)
+
     def on_request_routed(self, pending_request: PendingRequest, replica_id: ReplicaID, result: Any) -> None:
-        job = _job_of(pending_request)
-        rid = replica_id.unique_id
+        rid, key = replica_id.unique_id, pending_request.metadata.internal_request_id
         self.in_flight[rid] += 1
-        if job is not None:
-            blocks = job.blocks(self.block_size) if job.current_replica != rid else 0
-            self.recent[rid].append(Placement(time.time(), blocks, job.kind != "answer"))
-            self._routed[pending_request.metadata.internal_request_id] = (rid, job)
+        chosen, job, _ = self._placed.get(key, (None, None, None))
+        if job is not None and chosen != rid:  # Ray sent it to a lower-ranked replica
+            self._place(key, rid, job, time.time())
+        self._placed.pop(key, None)
 
     def on_request_completed(self, replica_id: ReplicaID, internal_request_id: str) -> None:
         rid = replica_id.unique_id
         self.in_flight[rid] = max(0, self.in_flight[rid] - 1)
-        self._routed.pop(internal_request_id, None)
 
     def on_replica_actor_died(self, replica_id: ReplicaID) -> None:
         super().on_replica_actor_died(replica_id)

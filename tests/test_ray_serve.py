@@ -1,0 +1,215 @@
+"""Ray Serve on this machine: 3 CPU replicas of a tiny checkpoint behind the OpenAI
+ingress, routed by PascalRequestRouter. One local Ray session for the module (starting
+Ray and the replicas is most of the time). Needs the ``ray`` extra."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+import time
+
+import pytest
+
+pytest.importorskip("ray.serve", reason="needs the ray extra: pip install 'reasonserve[ray]'")
+
+import httpx
+import ray
+from ray import serve
+
+from reasonserve.adapters.ray_serve import (
+    EngineReplica,
+    Job,
+    PhaseAwareClient,
+    RayServeConfig,
+    ReplicaFailedError,
+    build_app,
+    router_config,
+)
+from reasonserve.engine import Engine, EngineConfig, SamplingParams, make_tiny_checkpoint
+from reasonserve.policies.router import PascalRouter
+
+BLOCK = 4
+APP = "rs_test"
+MAX_TOKENS = 112
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _reference(path, prompt, params, eot=None):
+    config = EngineConfig(block_size=BLOCK, num_blocks=256, end_of_thinking_token_id=eot)
+    return Engine.from_pretrained(path, config).generate([list(prompt)], params)[0].token_ids
+
+
+def _first_new(tokens, start):
+    """A token whose first occurrence is at index >= start (the end of "thinking")."""
+    return next(t for i, t in enumerate(tokens) if i >= start and t not in tokens[:i])
+
+
+class _Decisions(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+    def of(self, request_id: str, kind: str) -> list:
+        """(decision, job as the router saw it) for each routing of ``request_id``."""
+        return [(r.decision, r.job) for r in self.records if hasattr(r, "job") and r.job.request_id == request_id
+                and r.job.kind == kind]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    path = make_tiny_checkpoint(tmp_path_factory.mktemp("ckpt"))
+    think = SamplingParams(max_tokens=MAX_TOKENS, temperature=0.0, seed=3, deterministic=True, ignore_eos=True)
+    eot = _first_new(_reference(path, (1, 2, 3, 4, 5), think), 80)  # reasoning lasts several stats periods
+    port = _free_port()
+    ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False)
+    serve.start(http_options={"host": "127.0.0.1", "port": port})
+    engine = EngineConfig(block_size=BLOCK, num_blocks=256, end_of_thinking_token_id=eot)
+    cfg = RayServeConfig(model=str(path), num_replicas=3, engine=engine, stats_period_s=0.1,
+                         stats_max_age_s=1.0, num_cpus_per_replica=0.5, model_name="tiny")  # fmt: skip
+    serve.run(build_app(cfg), name=APP, route_prefix="/")
+    handler = _Decisions()
+    log = logging.getLogger("reasonserve.ray_serve")
+    log.addHandler(handler)
+    log.setLevel(logging.DEBUG)
+    time.sleep(0.5)  # a first round of routing stats
+    try:
+        yield {"path": path, "eot": eot, "port": port, "cfg": cfg, "log": handler,
+               "handle": serve.get_deployment_handle("EngineReplica", app_name=APP)}  # fmt: skip
+    finally:
+        log.removeHandler(handler)
+        serve.shutdown()
+        ray.shutdown()
+
+
+def test_placement_follows_the_pure_policy_on_the_stats_it_saw(cluster):
+    client = PhaseAwareClient(cluster["handle"], None)
+    long = Job("place-long", (7, 8, 9), SamplingParams(max_tokens=120, ignore_eos=True, seed=1))
+    short = Job("place-short", (7, 8, 9, 10), SamplingParams(max_tokens=8, ignore_eos=True, seed=2))
+
+    async def body():
+        first = asyncio.create_task(client.run(long))
+        await asyncio.sleep(0.6)  # the long request is in the stats now
+        return await first, await client.run(short)
+
+    out_long, out_short = asyncio.run(body())
+    decision, seen = cluster["log"].of("place-short", "place")[-1]
+    assert decision.fallback is None, decision.fallback
+    assert seen == short
+    assert decision.chosen == PascalRouter().route(short.view(BLOCK), decision.loads)
+    assert out_short.replicas == [decision.chosen]
+    held = {load.instance_id: load.kv_blocks_footprint for load in decision.loads}
+    assert held[out_long.replicas[0]] > 0 and out_short.replicas[0] != out_long.replicas[0]
+    assert len(out_long.token_ids) == 120 and len(out_short.token_ids) == 8
+
+
+def test_migration_at_the_phase_boundary_keeps_the_output_bit_identical(cluster):
+    client = PhaseAwareClient(cluster["handle"], cluster["eot"])
+    prompt = (1, 2, 3, 4, 5)
+    migrated = 0
+    for i, temperature in enumerate((0.0, 0.9)):
+        params = SamplingParams(max_tokens=MAX_TOKENS, temperature=temperature, seed=3 + i, deterministic=True,
+                                ignore_eos=True)  # fmt: skip
+        ref = _reference(cluster["path"], prompt, params, cluster["eot"])
+        job = Job(f"mig-{i}", prompt, params)
+        out = asyncio.run(client.run(job))
+        assert out.token_ids == ref, f"request {i}: output changed across the transition"
+        if cluster["eot"] not in ref:
+            continue
+        decision, seen = cluster["log"].of(job.request_id, "answer")[-1]
+        current = out.replicas[0]
+        assert seen.current_replica == current and cluster["eot"] in seen.committed
+        assert list(seen.committed) == ref[: len(seen.committed)]
+        if decision.fallback is None:
+            blocks = seen.answer_blocks(BLOCK)
+            expected = PascalRouter().route_transition(seen.view(BLOCK), current, decision.loads, blocks)
+            assert decision.chosen == expected
+        assert out.migrations == (decision.chosen != current)
+        assert out.replicas == ([current, decision.chosen] if out.migrations else [current])
+        migrated += out.migrations
+    assert migrated >= 1, "no request migrated: the test did not exercise migration"
+
+
+
+def test_the_openai_ingress_serves_completions_through_the_replicas(cluster):
+    url = f"http://127.0.0.1:{cluster['port']}/v1/completions"
+    body = {"model": "tiny", "prompt": [1, 2, 3, 4, 5], "max_tokens": MAX_TOKENS, "temperature": 0, "seed": 3,
+            "deterministic": True, "ignore_eos": True, "return_token_ids": True}  # fmt: skip
+    reply = httpx.post(url, json=body, timeout=60)
+    assert reply.status_code == 200, reply.text
+    choice = reply.json()["choices"][0]
+    params = SamplingParams(max_tokens=MAX_TOKENS, temperature=0.0, seed=3, deterministic=True, ignore_eos=True)
+    assert choice["token_ids"] == _reference(cluster["path"], (1, 2, 3, 4, 5), params, cluster["eot"])
+    bad = httpx.post(url, json={**body, "max_tokens": "many"}, timeout=60)
+    assert bad.status_code == 400 and bad.json()["error"]["param"] == "max_tokens"
+
+
+def test_stale_stats_fall_back_to_the_default_ranking_and_say_why(cluster):
+    class StaleStatsReplica(EngineReplica):
+        def record_routing_stats(self) -> dict:
+            return {**super().record_routing_stats(), "reported_at_s": time.time() - 60.0}
+
+    cfg = cluster["cfg"]
+    stale = serve.deployment(StaleStatsReplica, name="Stale", num_replicas=1, ray_actor_options={"num_cpus": 0.5},
+                             request_router_config=router_config(cfg))  # fmt: skip
+    handle = serve.run(stale.bind(cfg), name="rs_stale", route_prefix=None)
+    time.sleep(0.5)
+    client = PhaseAwareClient(handle, None)
+    job = Job("stale-1", (4, 5, 6), SamplingParams(max_tokens=6, ignore_eos=True, seed=5))
+    out = asyncio.run(client.run(job))
+    serve.delete("rs_stale")
+    decision, _ = cluster["log"].of("stale-1", "place")[-1]
+    assert "stale" in decision.fallback and decision.loads == ()
+    warnings = [r.getMessage() for r in cluster["log"].records if r.levelno == logging.WARNING]
+    assert any("default ranking" in m and "stale" in m for m in warnings), warnings
+    assert len(out.token_ids) == 6 and out.finish_reason == "length"
+
+
+def _actor_of(replica_id: str):
+    names = [a["name"] for a in ray.util.list_named_actors(all_namespaces=True) if replica_id in a["name"]]
+    assert len(names) == 1, names
+    return ray.get_actor(names[0], namespace="serve")
+
+
+def test_killed_replicas_resume_or_fail_cleanly_and_are_never_chosen_again(cluster):
+    """Two requests on two replicas; both replicas are killed mid-request. The one with a
+    retry budget resumes elsewhere from its committed tokens: the same bits as an
+    undisturbed run (nothing lost, nothing sent twice). The one without fails with
+    ReplicaFailedError. New requests never go to a dead replica."""
+    params = SamplingParams(max_tokens=160, temperature=0.8, seed=11, deterministic=True, ignore_eos=True)
+    ref = _reference(cluster["path"], (9, 8, 7), params)
+    sent: list[int] = []
+    resilient = PhaseAwareClient(cluster["handle"], None, max_retries=2)
+    fragile = PhaseAwareClient(cluster["handle"], None, max_retries=0)
+
+    async def body():
+        a = asyncio.create_task(resilient.run(Job("kill-a", (9, 8, 7), params), sent.extend))
+        b = asyncio.create_task(fragile.run(Job("kill-b", (9, 8, 7, 6), params)))
+        while len(sent) < 10:
+            await asyncio.sleep(0.01)
+        victims = {d.chosen for name in ("kill-a", "kill-b") for d, _ in cluster["log"].of(name, "place")}
+        for replica_id in victims:
+            ray.kill(_actor_of(replica_id), no_restart=True)
+        results = await asyncio.gather(a, b, return_exceptions=True)
+        return victims, results
+
+    victims, (out_a, err_b) = asyncio.run(body())
+    assert len(victims) == 2
+    assert isinstance(err_b, ReplicaFailedError) and "failed 1 times" in str(err_b)
+    assert not isinstance(out_a, BaseException), out_a
+    assert out_a.resumes == 1 and out_a.token_ids == ref and sent == ref[: len(sent)]
+    assert out_a.replicas[-1] not in victims
+    client = PhaseAwareClient(cluster["handle"], None)
+    for i in range(4):
+        out = asyncio.run(client.run(Job(f"after-{i}", (3, 3), SamplingParams(max_tokens=4, seed=i))))
+        assert out.replicas[0] not in victims
+        ranking = cluster["log"].of(f"after-{i}", "place")[-1][0].ranking
+        assert not victims & set(ranking)
