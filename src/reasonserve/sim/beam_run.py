@@ -111,10 +111,12 @@ class BeamRun:
     # -- generation -------------------------------------------------------------------
     def _generate(self) -> None:
         prefill: list[tuple[int, int]] = []
+        if self.spec is not None:
+            self.spec.control()
         while self.gen.queue and self.gen.try_admit(self.gen.queue[0], prefill):
             self.gen.queue.popleft()
         if self.spec is not None:
-            self.spec.control_and_fill(prefill)
+            self.spec.fill(prefill)
         seconds = self.gen.cost.step_s(prefill)
         k = self._fit(min(t.remaining for t in self.gen.running)) if self.gen.running else 0
         if k and self.arrivals and self.arrivals[0].arrival_s > self.time:

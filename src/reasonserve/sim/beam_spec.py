@@ -38,7 +38,7 @@ def copy_index(beam_id: str) -> int:
 class Speculation:
     def __init__(self, run: BeamRun, selector: SelectSpec) -> None:
         self.run, self.selector = run, selector
-        self.control, self.state = TwoPhaseSpeculation(), SpeculationState()
+        self.control_policy, self.state = TwoPhaseSpeculation(), SpeculationState()
         self.candidates: dict[str, list[Beam]] = {}  # request -> beams done with their step
         self.potentials: dict[str, int] = {}  # beam -> M_i
         self.used: dict[str, set[int]] = {}  # beam -> branches running or complete
@@ -82,18 +82,23 @@ class Speculation:
         self.stops += 1
         self.state = SpeculationState(frozenset(), False, self.state.stops + 1)
 
-    def control_and_fill(self, prefill: list[tuple[int, int]]) -> None:
-        gen = self.run.gen
+    def control(self) -> None:
+        """The two-phase decision on the generator as it is now (before admitting newly
+        queued beams, so that an arrival stops speculation before it is served)."""
         state = SpeculationState(frozenset(self.tasks), self.state.speculating, self.state.stops)
-        decisions, self.state = self.control.decide(self._view(), state)
+        decisions, self.state = self.control_policy.decide(self._view(), state)
         victims = [self.tasks[d.request_id] for d in decisions if isinstance(d, Preempt)]
         for task in victims:
             self._stop(task)
         self.stops += bool(victims)
+
+    def fill(self, prefill: list[tuple[int, int]]) -> None:
+        """Phase 2 only: seats freed by finished beams go to SelectSpec's branches."""
+        gen = self.run.gen
         # slots freed by finished beams only: the batch keeps the iterations' size (§4.1.1)
         batch = sum(len(self.run.trees[rid].active) for rid, beams in self.candidates.items() if beams)
         free = min(gen.max_seqs, batch) - len(gen.running)
-        if not self.state.speculating or free <= 0:
+        if not self.state.speculating or gen.queue or free <= 0:
             return
         by_id = {b.beam_id: (rid, b) for rid, beams in self.candidates.items() for b in beams}
         counts = {b: len(self.used.get(b, ())) for b in by_id}

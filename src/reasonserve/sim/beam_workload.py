@@ -17,6 +17,7 @@ function of (seed, beam id), so the search tree never depends on timing or polic
 from __future__ import annotations
 
 import json
+import math
 import pathlib
 import random
 import re
@@ -41,6 +42,14 @@ def count_tokens(text: str) -> int:
     return max(1, len(_TOKEN.findall(text)))
 
 
+def _is_step(step: object) -> bool:
+    if not isinstance(step, tuple) or len(step) != 2:
+        return False
+    tokens, score = step
+    good_tokens = isinstance(tokens, int) and not isinstance(tokens, bool) and tokens >= 1
+    return good_tokens and isinstance(score, (int, float)) and math.isfinite(score)
+
+
 @dataclass(frozen=True, slots=True)
 class StepPool:
     """Recorded trajectories: per trajectory, (tokens, score) per step; prompt lengths."""
@@ -54,8 +63,11 @@ class StepPool:
         if not self.trajectories or not self.prompt_tokens:
             raise InvalidArgumentError(f"StepPool {self.source!r} needs trajectories and prompts")
         for i, traj in enumerate(self.trajectories):
-            if not traj or any(tokens < 1 for tokens, _ in traj):
-                raise InvalidArgumentError(f"StepPool {self.source!r}: trajectory {i} has an empty step")
+            if not traj or not all(_is_step(step) for step in traj):
+                raise InvalidArgumentError(
+                    f"StepPool {self.source!r}: trajectory {i} must be a non-empty tuple of "
+                    f"(tokens >= 1, finite score) steps, got {traj!r:.80}"
+                )
         depth = max(len(t) for t in self.trajectories)
         index = tuple(tuple(i for i, t in enumerate(self.trajectories) if len(t) > d) for d in range(depth))
         object.__setattr__(self, "by_depth", index)

@@ -1,0 +1,279 @@
+"""FlashTTS policies: SelectSpec, two-phase speculation control, look-ahead grouping,
+prefix-aware ordering and the roofline KV allocator."""
+
+from __future__ import annotations
+
+import itertools
+import math
+import random
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from reasonserve.core import Phase
+from reasonserve.core.decisions import Abort, Admit, Order, Preempt
+from reasonserve.core.errors import InvalidArgumentError
+from reasonserve.core.views import RequestView, SchedulerView
+from reasonserve.policies import REGISTRY
+from reasonserve.policies.flashtts import (
+    LookaheadVerification,
+    PrefixAwarePolicy,
+    RooflineKVAllocator,
+    SelectSpec,
+    SpeculationState,
+    TwoPhaseSpeculation,
+    VerifyCandidate,
+    eviction_cost,
+    prefix_order,
+)
+from reasonserve.sim import HARDWARE, RooflineCostModel
+from reasonserve.sim.beam_models import BEAM_MODELS
+
+# -- SelectSpec ---------------------------------------------------------------------------
+
+
+def test_selectspec_bins_split_scores_by_rank_best_first():
+    scores = {f"b{i}": s for i, s in enumerate([0.1, 0.9, 0.5, 0.7, 0.3, 0.8, 0.2, 0.6])}
+    bins = SelectSpec(branching=4).bins(scores)
+    by_score = sorted(scores, key=lambda b: -scores[b])
+    assert [bins[b] for b in by_score] == [1, 1, 2, 2, 3, 3, 4, 4]
+    assert SelectSpec(branching=4).potentials(scores)["b1"] == 4  # M = B - j + 1
+    assert SelectSpec(branching=4).potentials(scores)["b0"] == 1
+
+
+def test_selectspec_equal_scores_share_a_bin():
+    bins = SelectSpec(branching=2).bins({"a": 0.5, "b": 0.5, "c": 0.5, "d": 0.1})
+    assert bins["a"] == bins["b"] == bins["c"] == 1 and bins["d"] == 2
+
+
+def test_selectspec_rank_fills_highest_potential_first_ties_by_id():
+    sel = SelectSpec(branching=3)
+    pots = {"x": 1, "b": 3, "a": 3, "c": 2}
+    slots = sel.rank(["x", "c", "b", "a"], pots, free_slots=7)
+    assert [(s.beam_id, s.branch) for s in slots] == [("a", 0), ("a", 1), ("a", 2), ("b", 0), ("b", 1),
+                                                       ("b", 2), ("c", 0)]  # fmt: skip
+    assert sel.rank(["x", "c"], pots, free_slots=10, used={"c": 1}) == [
+        *[s for s in sel.rank(["c"], pots, 10, used={"c": 1})],
+        *sel.rank(["x"], pots, 10),
+    ]
+    assert len(sel.rank(["c"], pots, 10, used={"c": 1})) == 1  # at most M_i branches in all
+    assert sel.rank(["a"], pots, 0) == []
+
+
+def test_selectspec_truncation_keeps_all_for_the_original_and_about_r_for_copies():
+    sel, rng = SelectSpec(truncation_mean=0.85, truncation_std=0.1), random.Random(0)
+    assert sel.kept_tokens(200, 0, rng) == 200
+    kept = [sel.kept_tokens(1000, 1, rng) for _ in range(2000)]
+    assert all(0 <= k <= 1000 for k in kept)
+    assert abs(sum(kept) / len(kept) / 1000 - 0.85) < 0.01
+    assert sel.kept_tokens(1000, 2, random.Random(5)) == sel.kept_tokens(1000, 2, random.Random(5))
+
+
+@pytest.mark.parametrize("kwargs", [{"branching": 0}, {"branching": 2.0}, {"truncation_mean": 1.5},
+                                    {"truncation_std": -0.1}, {"truncation_mean": math.nan}])  # fmt: skip
+def test_selectspec_rejects_bad_config(kwargs):
+    with pytest.raises(InvalidArgumentError):
+        SelectSpec(**kwargs)
+
+
+def test_selectspec_rejects_bad_inputs():
+    with pytest.raises(InvalidArgumentError, match="score"):
+        SelectSpec().bins({"a": math.nan})
+    with pytest.raises(InvalidArgumentError, match="free_slots"):
+        SelectSpec().rank(["a"], {}, -1)
+
+
+# -- two-phase speculation ---------------------------------------------------------------
+
+
+def _req(rid: str, blocks: int = 4, need: int = 1) -> RequestView:
+    return RequestView(rid, 0.0, Phase.REASONING, 10, 10, 5, num_blocks=blocks, blocks_needed=need)
+
+
+def _view(waiting=(), running=(), free=100) -> SchedulerView:
+    return SchedulerView(1.0, tuple(waiting), tuple(running), free, 1, 64, 1000)
+
+
+def test_speculation_runs_only_with_an_empty_queue_and_room():
+    ctl = TwoPhaseSpeculation()
+    decisions, state = ctl.decide(_view(running=[_req("r1"), _req("s1")]), SpeculationState(frozenset({"s1"})))
+    assert decisions == [] and state.speculating and state.speculative_ids == {"s1"}
+
+
+def test_a_new_request_stops_speculation_at_once():
+    ctl, spec = TwoPhaseSpeculation(), SpeculationState(frozenset({"s1", "s2", "s3"}), True)
+    view = _view(waiting=[_req("new", 0, 4), _req("s3", 0, 1)], running=[_req("r1"), _req("s2"), _req("s1")])
+    decisions, state = ctl.decide(view, spec)
+    assert decisions == [Preempt("s1", "recompute"), Preempt("s2", "recompute"), Abort("s3", "speculation stopped")]
+    assert not state.speculating and state.speculative_ids == frozenset() and state.stops == 1
+    assert spec.speculating and spec.speculative_ids == {"s1", "s2", "s3"}  # the old state is untouched
+
+
+def test_memory_pressure_stops_speculation_and_real_requests_stay():
+    spec = SpeculationState(frozenset({"s1"}), True)
+    decisions, state = TwoPhaseSpeculation().decide(_view(running=[_req("r1", need=3), _req("s1")], free=2), spec)
+    assert decisions == [Preempt("s1", "recompute")] and not state.speculating
+
+
+def test_waiting_speculative_branches_alone_do_not_stop_speculation():
+    spec = SpeculationState(frozenset({"s1"}), True)
+    decisions, state = TwoPhaseSpeculation().decide(_view(waiting=[_req("s1", 0)]), spec)
+    assert decisions == [] and state.speculating
+
+
+def test_speculation_state_is_validated():
+    with pytest.raises(InvalidArgumentError):
+        SpeculationState({"a"})  # type: ignore[arg-type]
+    with pytest.raises(InvalidArgumentError):
+        TwoPhaseSpeculation().decide(_view(), "phase2")  # type: ignore[arg-type]
+
+
+# -- look-ahead verification -------------------------------------------------------------
+
+
+def test_lookahead_groups_a_complete_speculative_step_with_the_current_one():
+    cands = [VerifyCandidate("b", 30, 40, True), VerifyCandidate("a", 20, 5, False), VerifyCandidate("c", 7)]
+    out = LookaheadVerification().group(cands)
+    assert [(r.beam_id, r.new_tokens, r.num_steps) for r in out] == [("a", 20, 1), ("b", 70, 2), ("c", 7, 1)]
+    off = LookaheadVerification(enabled=False).group(cands)
+    assert [r.num_steps for r in off] == [1, 1, 1]
+
+
+def test_lookahead_rejects_bad_candidates():
+    with pytest.raises(InvalidArgumentError):
+        VerifyCandidate("a", 10, 0, True)
+    with pytest.raises(InvalidArgumentError):
+        VerifyCandidate("a", -1)
+    with pytest.raises(InvalidArgumentError, match="twice"):
+        LookaheadVerification().group([VerifyCandidate("a", 1), VerifyCandidate("a", 2)])
+
+
+# -- prefix-aware ordering ---------------------------------------------------------------
+
+
+@st.composite
+def _trees(draw, max_beams: int = 9):
+    """Beam paths of a random search tree, listed copy by copy (parents interleaved)."""
+    n = draw(st.integers(1, max_beams))
+    paths, nodes = [], 0
+    for _ in range(n):
+        if paths and draw(st.booleans()):
+            base = draw(st.sampled_from(paths))
+            base = base[: draw(st.integers(1, len(base)))]
+        else:
+            base = (0,)
+        extra = draw(st.integers(0, 3))
+        paths.append(base + tuple(range(nodes + 1, nodes + 1 + extra)))
+        nodes += extra
+    return paths
+
+
+def _shared(a, b) -> int:
+    n = 0
+    for x, y in zip(a, b, strict=False):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+@settings(max_examples=150, deadline=None)
+@given(_trees())
+def test_prefix_order_takes_the_longest_shared_prefix_next(paths):
+    order = prefix_order(paths)
+    assert sorted(order) == list(range(len(paths)))
+    for i in range(len(order) - 1):
+        here, rest = paths[order[i]], [paths[j] for j in order[i + 1 :]]
+        assert _shared(here, paths[order[i + 1]]) == max(_shared(here, p) for p in rest)
+
+
+@settings(max_examples=150, deadline=None)
+@given(_trees(), st.integers(1, 3))
+def test_prefix_order_cost_is_never_worse_than_fcfs(paths, batch):
+    order = prefix_order(paths)
+    assert eviction_cost([paths[i] for i in order], batch) <= eviction_cost(paths, batch)
+
+
+@settings(max_examples=60, deadline=None)
+@given(_trees(max_beams=6))
+def test_prefix_order_cost_equals_brute_force_with_one_beam_per_batch(paths):
+    best = min(eviction_cost([paths[i] for i in p], 1) for p in itertools.permutations(range(len(paths))))
+    assert eviction_cost([paths[i] for i in prefix_order(paths)], 1) == best
+
+
+def test_eviction_cost_counts_nodes_not_shared_with_the_next_batch():
+    assert eviction_cost([(0, 1), (0, 2), (0, 1, 3)], 1) == (2 - 1) + (2 - 1) + 3
+    with pytest.raises(InvalidArgumentError):
+        eviction_cost([(0,)], 0)
+
+
+def test_prefix_policy_groups_beams_of_the_same_parent():
+    running = [RequestView("run", 0.0, Phase.REASONING, 10, 10, 5, num_blocks=4, blocks_needed=1)]
+    parents = ["p1", "p2", "p1", "p2", "p1"]
+    waiting = [RequestView(f"w{i}", 1.0 + i, Phase.PREFILL, 10, 0, 0, blocks_needed=2, prefix_hashes=(7, hash(p)))
+               for i, p in enumerate(parents)]  # fmt: skip
+    view = SchedulerView(5.0, tuple(waiting), tuple(running), 100, 16, 64, 200)
+    decisions = PrefixAwarePolicy().decide(view)
+    assert decisions[0] == Order(("run",))
+    assert [d.request_id for d in decisions if isinstance(d, Admit)] == ["w0", "w2", "w4", "w1", "w3"]
+    assert PrefixAwarePolicy().decide(view) == decisions  # deterministic
+    assert REGISTRY["flashtts_prefix"] is PrefixAwarePolicy
+
+
+# -- roofline KV allocator ---------------------------------------------------------------
+
+
+def _costs():
+    hw = HARDWARE["rtx4090"]
+    return RooflineCostModel(hw, BEAM_MODELS["qwen2.5-math-7b"]), RooflineCostModel(hw, BEAM_MODELS["skywork-prm-1.5b"])
+
+
+def _t_tot(gen, ver, n, s, s_dec, b_pre, b_dec) -> float:
+    pre = -(-n // b_pre) * ver.step_s([(s, 0)] * b_pre)
+    return pre + -(-n // b_dec) * s_dec * gen.step_s([(1, s_dec // 2)] * b_dec)
+
+
+@pytest.mark.parametrize("n,s,s_dec,blocks", [(12, 300, 80, 9), (20, 500, 200, 25), (7, 100, 400, 14)])
+def test_allocator_matches_brute_force_and_respects_memory(n, s, s_dec, blocks):
+    gen, ver = _costs()
+    kv_pre, kv_dec = s * ver.model.kv_bytes_per_token, s_dec * gen.model.kv_bytes_per_token
+    memory = blocks * (kv_pre + kv_dec) / 2
+    plan = RooflineKVAllocator(gen, ver, allow_offload=False).plan(
+        memory_bytes=memory, num_beams=n, verify_tokens=s, decode_tokens=s_dec)
+    assert plan.prefill_batch * kv_pre + plan.decode_batch * kv_dec <= memory
+    assert plan.verifier_kv_bytes + plan.generator_kv_bytes <= memory + 1e-6
+    grid = [(bp, bd) for bp in range(1, blocks * 2) for bd in range(1, blocks * 4)
+            if bp * kv_pre + bd * kv_dec <= memory]  # fmt: skip
+    best = min(_t_tot(gen, ver, n, s, s_dec, bp, bd) for bp, bd in grid)
+    assert plan.total_s == pytest.approx(best, rel=1e-9)
+    assert _t_tot(gen, ver, n, s, s_dec, plan.prefill_batch, plan.decode_batch) == pytest.approx(best, rel=1e-9)
+
+
+def test_allocator_picks_offloading_when_it_is_faster():
+    gen, ver = _costs()
+    s, s_dec, n = 400, 100, 64
+    memory = 2.0 * s * ver.model.kv_bytes_per_token + 3 * s_dec * gen.model.kv_bytes_per_token
+    plan = RooflineKVAllocator(gen, ver).plan(memory_bytes=memory, num_beams=n, verify_tokens=s,
+                                              decode_tokens=s_dec, num_switches=1)  # fmt: skip
+    assert plan.offload and plan.offload_s < plan.shared_s and plan.total_s == plan.offload_s
+    assert plan.verifier_kv_bytes == plan.generator_kv_bytes == memory
+    many = RooflineKVAllocator(gen, ver).plan(memory_bytes=memory, num_beams=n, verify_tokens=s,
+                                              decode_tokens=s_dec, num_switches=10_000)  # fmt: skip
+    assert not many.offload and many.total_s == many.shared_s  # transfers now cost more than they save
+    shared = RooflineKVAllocator(gen, ver, allow_offload=False).plan(
+        memory_bytes=memory, num_beams=n, verify_tokens=s, decode_tokens=s_dec)
+    assert not shared.offload and math.isinf(shared.offload_s)
+
+
+@pytest.mark.parametrize("kwargs,match", [
+    ({"memory_bytes": 0}, "memory_bytes"), ({"num_beams": 0}, "num_beams"), ({"verify_tokens": 1.5}, "verify"),
+    ({"decode_tokens": -1}, "decode"), ({"num_switches": -1}, "switches"), ({"memory_bytes": 10.0}, "fits no"),
+])  # fmt: skip
+def test_allocator_rejects_bad_input(kwargs, match):
+    gen, ver = _costs()
+    args = {"memory_bytes": 1e9, "num_beams": 8, "verify_tokens": 100, "decode_tokens": 50, **kwargs}
+    with pytest.raises(InvalidArgumentError, match=match):
+        RooflineKVAllocator(gen, ver).plan(**args)
+    with pytest.raises(InvalidArgumentError):
+        RooflineKVAllocator(gen, "h100")  # type: ignore[arg-type]

@@ -1,0 +1,134 @@
+"""The beam-search serving simulator: algorithmic equivalence, speculation control, KV
+bounds, determinism and validation (on a small synthetic step pool)."""
+
+from __future__ import annotations
+
+import pathlib
+import random
+
+import pytest
+
+from reasonserve.core.errors import InvalidArgumentError
+from reasonserve.sim.beam_cache import NodeCache
+from reasonserve.sim.beam_search import (
+    BEAM_SETTINGS,
+    BeamRequest,
+    BeamSearchSpec,
+    BeamServeConfig,
+    BeamSetting,
+    StepPool,
+    load_step_pool,
+    poisson_beam_requests,
+    simulate_beam_search,
+)
+
+DATA = pathlib.Path(__file__).resolve().parents[2] / "shared" / "data" / "prm_beams"
+
+
+def _pool(seed: int = 0, n: int = 60) -> StepPool:
+    """Heavy-tailed step lengths (a few stragglers) and scores in (0, 1)."""
+    rng = random.Random(seed)
+    trajs = []
+    for _ in range(n):
+        steps = rng.randint(2, 7)
+        trajs.append(tuple((max(1, int(rng.paretovariate(1.5) * 20)), round(rng.random(), 3)) for _ in range(steps)))
+    return StepPool(tuple(trajs), (40, 60, 80), "synthetic")
+
+
+SETTING = BEAM_SETTINGS["1.5b+1.5b"]
+SEARCH = BeamSearchSpec(width=16, branching=4, max_model_len=2048)
+CONFIGS = {
+    "baseline": {},
+    "prefix": {"prefix_aware": True},
+    "roofline": {"prefix_aware": True, "roofline": True},
+    "speculation": {"speculation": True},
+    "all": {"prefix_aware": True, "roofline": True, "speculation": True},
+}
+
+
+def _run(requests, **kw):
+    return simulate_beam_search(requests, _pool(), BeamServeConfig(SETTING, SEARCH, **kw))
+
+
+def test_speculation_and_scheduling_never_change_the_selected_beams():
+    requests = poisson_beam_requests(_pool(), rate_per_s=0.5, num_requests=6, seed=3)
+    results = {name: _run(requests, **kw) for name, kw in CONFIGS.items()}
+    base = results["baseline"]
+    assert base.summary()["finished_beams"] > 0
+    for name, r in results.items():
+        assert r.selections == base.selections, name
+        assert sorted(r.beams)[0][:3] == sorted(base.beams)[0][:3]
+        assert sorted(b[:3] for b in r.beams) == sorted(b[:3] for b in base.beams), name
+    spec = results["speculation"].summary()
+    assert spec["spec_tokens"] > 0 and spec["spec_tokens_kept"] > 0  # speculation really ran
+    assert spec["decode_tokens"] < base.summary()["decode_tokens"]  # and saved real decoding
+    assert spec["mean_beam_completion_s"] != base.summary()["mean_beam_completion_s"]
+
+
+def test_speculation_stops_when_a_request_arrives():
+    apart = [BeamRequest("a", 0.0, 50, 1), BeamRequest("b", 1e4, 50, 2)]
+    alone = _run(apart, speculation=True).summary()
+    assert alone["spec_tokens"] > 0 and alone["speculation_stops"] == 0
+    # "b" arrives while "a" is in its first iterations: speculation must stop for it
+    first = _run([BeamRequest("a", 0.0, 50, 1)]).summary()["mean_latency_s"]
+    close = [BeamRequest("a", 0.0, 50, 1), BeamRequest("b", first / 3, 50, 2)]
+    busy = _run(close, speculation=True).summary()
+    assert busy["speculation_stops"] >= 1
+
+
+def test_kv_use_never_exceeds_capacity_and_requests_all_finish(monkeypatch):
+    seen = []
+    original = NodeCache.make_room
+
+    def watched(self, need):
+        ok = original(self, need)
+        seen.append((self.used, self.capacity))
+        return ok
+
+    monkeypatch.setattr(NodeCache, "make_room", watched)
+    tight = BeamSetting("tight", SETTING.generator, SETTING.verifier, SETTING.hardware, 0.2705)
+    requests = poisson_beam_requests(_pool(), rate_per_s=2.0, num_requests=5, seed=1)
+    result = simulate_beam_search(requests, _pool(), BeamServeConfig(tight, SEARCH, speculation=True))
+    assert all(used <= cap for used, cap in seen) and seen
+    assert set(result.latencies_s) == {r.request_id for r in requests}
+    assert result.summary()["recompute_tokens"] > 0  # memory really was tight
+
+
+def test_simulation_is_deterministic():
+    requests = poisson_beam_requests(_pool(), rate_per_s=1.0, num_requests=3, seed=7)
+    a = _run(requests, speculation=True, prefix_aware=True).summary()
+    assert a == _run(requests, speculation=True, prefix_aware=True).summary()
+
+
+def test_the_roofline_allocator_sets_the_split():
+    r = _run([BeamRequest("a", 0.0, 50, 1)], roofline=True)
+    assert r.plan is not None
+    assert r.capacities["generator"] != _run([BeamRequest("a", 0.0, 50, 1)]).capacities["generator"]
+
+
+@pytest.mark.parametrize("make", [
+    lambda: BeamSearchSpec(width=0),
+    lambda: BeamSearchSpec(width=4, branching=8),
+    lambda: BeamServeConfig(SETTING, SEARCH, lookahead=True),
+    lambda: BeamServeConfig(SETTING, SEARCH, max_num_seqs=0),
+    lambda: BeamServeConfig(SETTING, SEARCH, truncation_mean=2.0),
+    lambda: BeamSetting("x", SETTING.generator, SETTING.verifier, SETTING.hardware, 0.1),
+    lambda: StepPool((((5, 0.5),),), (), "x"),
+    lambda: StepPool((((0, 0.5),),), (3,), "x"),
+    lambda: StepPool(((0, 0.5),), (3,), "x"),
+    lambda: StepPool((((5, float("nan")),),), (3,), "x"),
+    lambda: poisson_beam_requests(_pool(), 0.0, 3, 0),
+    lambda: simulate_beam_search([], _pool(), BeamServeConfig(SETTING, SEARCH)),
+    lambda: simulate_beam_search([BeamRequest("a", 0, 5000, 1)], _pool(), BeamServeConfig(SETTING, SEARCH)),
+    lambda: simulate_beam_search([BeamRequest("a", 0, 5, 1)] * 2, _pool(), BeamServeConfig(SETTING, SEARCH)),
+])  # fmt: skip
+def test_invalid_configs_raise(make):
+    with pytest.raises(InvalidArgumentError):
+        make()
+
+
+@pytest.mark.skipif(not DATA.is_dir(), reason="recorded PRM beams not present (../shared/data/prm_beams)")
+def test_recorded_pool_loads_with_one_score_per_step():
+    pool = load_step_pool(next(DATA.glob("*.jsonl")), max_problems=20)
+    assert len(pool.prompt_tokens) == 20 and len(pool.trajectories) == 60
+    assert all(tokens >= 1 and 0.0 <= score <= 1.0 for t in pool.trajectories for tokens, score in t)
