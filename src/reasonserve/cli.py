@@ -43,6 +43,10 @@ def _parser() -> argparse.ArgumentParser:
         serve.add_argument(f"--{flag}", type=int, default=default)
     for flag, default in (("header-timeout-s", 10.0), ("body-timeout-s", 30.0), ("drain-timeout-s", 10.0)):
         serve.add_argument(f"--{flag}", type=float, default=default)
+    serve.add_argument("--end-of-thinking-token-id", type=int, default=None, help="e.g. the id of </think>")
+    serve.add_argument("--replicas", type=int, default=None,
+                       help="N engine replicas on Ray Serve, PASCAL-routed (ray extra; docs/ray_serve.md)")
+    serve.add_argument("--router", default="pascal", choices=["pascal", "pow2"], help="with --replicas")
     return parser
 
 
@@ -157,16 +161,22 @@ def _serve(args) -> int:
     from reasonserve.serve.config import ServeConfig
     from reasonserve.serve.server import serve
 
-    engine = Engine.from_pretrained(args.model, EngineConfig(mode=args.mode, num_blocks=args.num_blocks,
-                                                             block_size=args.block_size,
-                                                             max_num_seqs=args.max_num_seqs,
-                                                             max_model_len=args.max_model_len))  # fmt: skip
+    engine_cfg = EngineConfig(mode=args.mode, num_blocks=args.num_blocks, block_size=args.block_size,
+                              max_num_seqs=args.max_num_seqs, max_model_len=args.max_model_len,
+                              end_of_thinking_token_id=args.end_of_thinking_token_id)  # fmt: skip
     cfg = ServeConfig(model_name=args.served_model_name or pathlib.Path(args.model).name,
                       max_tokens_limit=args.max_tokens_limit, max_request_bytes=args.max_request_bytes,
                       max_queued_requests=args.max_queued_requests, max_connections=args.max_connections,
                       header_timeout_s=args.header_timeout_s, body_timeout_s=args.body_timeout_s,
                       drain_timeout_s=args.drain_timeout_s)  # fmt: skip
-    return serve(engine, cfg, host=args.host, port=args.port)
+    if args.replicas is not None:  # Ray Serve replicas (issue 17)
+        from reasonserve.adapters.ray_serve import RayServeConfig
+        from reasonserve.adapters.ray_serve.local import run_local
+
+        replicas = RayServeConfig(model=args.model, num_replicas=args.replicas, engine=engine_cfg,
+                                  router=args.router, serve=cfg)  # fmt: skip
+        return run_local(replicas, host=args.host, port=args.port)
+    return serve(Engine.from_pretrained(args.model, engine_cfg), cfg, host=args.host, port=args.port)
 
 
 def _first(folder: pathlib.Path, pattern: str) -> str:
@@ -204,6 +214,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from reasonserve.sim.cli import run_sim
 
         return _reporting_errors("sim", lambda: run_sim(args, sys.stdout))
+    if args.command == "adapter":
+        from reasonserve.adapters.cli import run_adapter
+
+        return _reporting_errors("adapter", lambda: run_adapter(args, sys.stdout))
     if args.command == "check-determinism":
         from reasonserve.ops.check import print_verdict
 
