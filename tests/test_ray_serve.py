@@ -28,6 +28,7 @@ from reasonserve.adapters.ray_serve import (
 )
 from reasonserve.engine import Engine, EngineConfig, SamplingParams, make_tiny_checkpoint
 from reasonserve.policies.router import PascalRouter
+from reasonserve.serve.config import ServeConfig
 
 BLOCK = 4
 APP = "rs_test"
@@ -74,7 +75,8 @@ def cluster(tmp_path_factory):
     serve.start(http_options={"host": "127.0.0.1", "port": port})
     engine = EngineConfig(block_size=BLOCK, num_blocks=256, end_of_thinking_token_id=eot)
     cfg = RayServeConfig(model=str(path), num_replicas=3, engine=engine, stats_period_s=0.1,
-                         stats_max_age_s=1.0, num_cpus_per_replica=0.5, model_name="tiny")  # fmt: skip
+                         stats_max_age_s=1.0, num_cpus_per_replica=0.5,
+                         serve=ServeConfig(model_name="tiny", max_tokens_limit=256))  # fmt: skip
     serve.run(build_app(cfg), name=APP, route_prefix="/")
     handler = _Decisions()
     log = logging.getLogger("reasonserve.ray_serve")

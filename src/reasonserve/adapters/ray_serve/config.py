@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 from reasonserve.core.errors import InvalidArgumentError
 from reasonserve.engine import EngineConfig
+from reasonserve.serve.config import ServeConfig
 
 __all__ = ["ROUTERS", "RayServeConfig"]
 
@@ -39,15 +40,15 @@ class RayServeConfig:
     tpot_s: float = 0.1
     max_migration_retries: int = 2
     app_name: str = "reasonserve"
-    model_name: str = "model"
+    serve: ServeConfig = field(default_factory=ServeConfig)  # the ingress's API limits and model name
 
     def __post_init__(self) -> None:
         if not isinstance(self.model, str) or not self.model:
             raise InvalidArgumentError(f"model must be a non-empty path, got {self.model!r}")
         if self.router not in ROUTERS:
             raise InvalidArgumentError(f"router must be one of {ROUTERS}, got {self.router!r}")
-        if not isinstance(self.engine, EngineConfig):
-            raise InvalidArgumentError("engine must be an EngineConfig")
+        if not isinstance(self.engine, EngineConfig) or not isinstance(self.serve, ServeConfig):
+            raise InvalidArgumentError("engine must be an EngineConfig and serve a ServeConfig")
         for name in ("num_replicas", "torch_threads_per_replica", "max_ongoing_requests", "quantum_tokens"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:

@@ -14,7 +14,6 @@ from reasonserve.adapters.ray_serve.pool_runner import EngineInfo, PoolRunner
 from reasonserve.engine.config import ModelConfig
 from reasonserve.engine.tokenizer import load_tokenizer
 from reasonserve.serve.app import create_app
-from reasonserve.serve.config import ServeConfig
 
 __all__ = ["OpenAIIngress"]
 
@@ -37,9 +36,8 @@ class OpenAIIngress:
             migrate=config.router == "pascal" and config.migrate,
         )
         self.config = config
-        self.runner = PoolRunner(
-            client, info, max_queued_requests=config.num_replicas * config.max_ongoing_requests
-        )
+        queued = min(config.serve.max_queued_requests, config.num_replicas * config.max_ongoing_requests)
+        self.runner = PoolRunner(client, info, max_queued_requests=queued)
 
     def __serve_build_asgi_app__(self):
-        return create_app(self.runner, ServeConfig(model_name=self.config.model_name))
+        return create_app(self.runner, self.config.serve)
