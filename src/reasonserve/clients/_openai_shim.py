@@ -117,7 +117,7 @@ class OpenAIShim:
             raise MalformedResponseError(f"{what}: expected exactly one choice, got {len(choices)}")
         choice = choices[0]
         text = self._choice_text(choice, what, final=True)
-        usage = body.get("usage") if isinstance(body.get("usage"), dict) else {}
+        usage: dict = body["usage"] if isinstance(body.get("usage"), dict) else {}
         details = usage.get("prompt_tokens_details")
         cached = opt_int(details, "cached_tokens", what) if isinstance(details, dict) else None
         return GenerateResult(

@@ -63,7 +63,8 @@ class EmbeddedClient:
     # generation --------------------------------------------------------------------------
     async def generate(self, req: GenerateRequest) -> GenerateResult:
         start = time.perf_counter()
-        text, ids, reason, out = "", [], "abort", None
+        text, reason, out = "", "abort", None
+        ids: list[int] = []
         rid = req.request_id or f"rs-{uuid.uuid4().hex}"
         async for chunk, final in self._run(req, rid):
             text, ids = text + chunk.text, ids + list(chunk.token_ids or ())

@@ -251,8 +251,10 @@ def _with_id(req: GenerateRequest) -> GenerateRequest:
 
 
 def _cancelling() -> bool:
-    task = asyncio.current_task()
-    return task is not None and task.cancelling() > 0
+    """Whether the current task itself is being cancelled (Python 3.11+; on 3.10 an
+    abort() and an outer cancellation of the same call cannot be told apart)."""
+    cancelling = getattr(asyncio.current_task(), "cancelling", None)
+    return cancelling is not None and cancelling() > 0
 
 
 def _status_error(status: int, text: str) -> HostError:

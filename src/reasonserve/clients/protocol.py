@@ -80,10 +80,11 @@ class GenerateRequest:
     def __post_init__(self) -> None:
         object.__setattr__(self, "prompt", _check_prompt(self.prompt))
         _int_in("max_tokens", self.max_tokens, 1, _INT31)
-        for name, value, ok in (
+        checks: tuple = (
             ("temperature", self.temperature, lambda v: v >= 0),
             ("top_p", self.top_p, lambda v: 0 < v <= 1),
-        ):
+        )
+        for name, value, ok in checks:
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
                 raise InvalidArgumentError(f"{name} must be a finite number, got {value!r}")
             if not ok(value):

@@ -49,7 +49,8 @@ class BeamSearchPRM:
 
     async def _loop(self, flight: InFlight, prompt: str, scorer: Scorer) -> ProgramResult:
         trace = flight.trace
-        beams, done, certainty, rounds = [Node("", 0)], [], 0.0, 0
+        beams, certainty, rounds = [Node("", 0)], 0.0, 0
+        done: list[Node] = []
         while beams and len(done) < self.beam_width:
             if not self.policy.grant(ProgramStatus(rounds, certainty, trace.tokens_generated)):  # type: ignore[attr-defined]
                 break

@@ -95,7 +95,8 @@ class _Run:
         self.cfg, self.flight, self.trace = cfg, flight, trace
         self.use_ids = client.capabilities.token_ids
         self.state = cfg.rule.start()
-        self.reasoning, self.ids, self.text_prefix = "", [], ""
+        self.reasoning, self.text_prefix = "", ""
+        self.ids: list[int] = []
 
     def _prefix(self):
         return tuple(self.ids) if self.use_ids else self.text_prefix + self.reasoning

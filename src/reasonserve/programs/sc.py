@@ -74,7 +74,9 @@ class SelfConsistency:
     async def _loop(self, flight: InFlight, prompt) -> ProgramResult:
         trace = flight.trace
         classes, entropy = AnswerClasses(), SemanticEntropy()
-        state, votes, certainty, texts = entropy.start(), Counter(), 0.0, {}
+        state, certainty = entropy.start(), 0.0
+        votes: Counter[int] = Counter()
+        texts: dict[int, str] = {}
         knob = 0
         while self.policy.grant(ProgramStatus(knob, certainty, trace.tokens_generated)):  # type: ignore[attr-defined]
             tasks = [flight.generate(self._request(prompt, knob + i)) for i in range(self.samples_per_step)]
