@@ -1,0 +1,229 @@
+"""Reasoning programs in the simulator: certainindex stops programs early and frees their
+KV; nothing is lost or duplicated; runs are deterministic; Dynasor's escalation bounds
+starvation under SJF; bad input raises typed errors. Recorded data is only read (and
+the tests that need it skip) when ``../shared/data`` is there."""
+
+import math
+import pathlib
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from reasonserve.certainindex.allocation import ProgramStatus, ThresholdPolicy
+from reasonserve.certainindex.semantic_entropy import SemanticEntropy
+from reasonserve.core.errors import InvalidArgumentError, PolicyError
+from reasonserve.core.phase import Phase
+from reasonserve.core.views import ProgramView, RequestView, SchedulerView
+from reasonserve.policies.app_fifo import AppFIFOPolicy
+from reasonserve.policies.dynasor import DynasorPolicy, DynasorState
+from reasonserve.policies.lpm import LPMPolicy
+from reasonserve.replay.sc import make_question
+from reasonserve.sim import SimConfig, SimRequest, simulate
+from reasonserve.sim.program_workload import (
+    SCRecord,
+    difficulty,
+    load_sc_records,
+    prefix_hashes,
+    sc_program_workload,
+)
+from reasonserve.sim.programs import ProgramPlan, ProgramRuntime, SCProgram, WithPrograms
+
+DATA = pathlib.Path(__file__).resolve().parents[2] / "shared" / "data" / "sc_samples"
+CONFIG = SimConfig(
+    num_instances=1, hardware="h100", model="qwen2.5-7b", kv_capacity_tokens=2048, max_num_seqs=8
+)
+ROUNDS = ProgramPlan(
+    8, first_round=5, allocation=ThresholdPolicy(0.7, detect_at=5, recheck_every=8, max_knob=8)
+)
+
+
+def _program(pid, arrival, answers, tokens, prompt=24):
+    q = make_question(pid, list(answers), [math.nan] * len(answers), "1")
+    return SCProgram(pid, arrival, prompt, q, tuple(tokens), difficulty(q), prefix_hashes(pid, prompt, 16))
+
+
+def _simulate(programs, plan, policy=DynasorPolicy, config=CONFIG, aware=True):
+    rt = ProgramRuntime(programs, plan)
+    factory = (lambda: WithPrograms(policy(), rt)) if aware else policy
+    res = simulate(rt.initial_requests(), config, factory, check_every_step=True, programs=rt)
+    return rt, res
+
+
+def test_certainindex_stops_a_settled_program_after_detection():
+    settled = _program("a", 0.0, "11111222", [30, 40, 50, 60, 70, 80, 90, 100])
+    split = _program("b", 0.0, "12345111", [30, 40, 50, 60, 70, 80, 90, 100])  # no 5 of them agree
+    rt, res = _simulate([settled, split], ROUNDS)
+    a, b = rt.states["a"], rt.states["b"]
+    assert (a.issued, len(a.classes), a.certainty) == (5, 5, 1.0)  # the other 3 never issued
+    assert b.issued == len(b.classes) == 8
+    # The certainty read at detect@5 is the replay's estimator on the first 5 answers.
+    seen = SemanticEntropy().score(b.classes[:5])
+    assert seen < 0.7 and ROUNDS.allocation.grant(ProgramStatus(5, seen))
+    assert {s.request_id for s in res.sequences} == {f"a/s{j}" for j in range(5)} | {
+        f"b/s{j}" for j in range(8)
+    }
+    rows = {r["program_id"]: r for r in rt.results()}
+    assert rows["a"]["stopped_early"] and not rows["b"]["stopped_early"]
+    assert rows["a"]["correct"] and rows["a"]["tokens"] == 30 + 40 + 50 + 60 + 70
+
+
+def test_early_stop_cancels_live_samples_and_frees_their_kv():
+    eager = ProgramPlan(8, allocation=ThresholdPolicy(0.7, detect_at=2, max_knob=8))
+    prog = [_program("p", 0.0, "11111111", [20, 25] + [600] * 6)]
+    rt, res = _simulate(prog, eager)
+    end = rt.states["p"].finish_s
+    stopped = [s for s in res.sequences if s.finish_reason == "stop"]
+    assert len(stopped) == 6 and all(s.num_blocks == 0 and s.finished_s == end for s in stopped)
+    assert all(s.num_output < 600 for s in stopped)  # cut short, not run out
+    _, full = _simulate(prog, ProgramPlan(8))
+    assert res.end_s < full.end_s / 3  # the freed compute was really not spent
+
+
+def test_program_views_carry_knob_certainty_and_done():
+    seen = []
+
+    class Spy:
+        name = "spy"
+
+        def __init__(self):
+            self.inner = DynasorPolicy()
+
+        def decide(self, view):
+            seen.extend((view, p) for p in view.programs)
+            return self.inner.decide(view)
+
+    progs = [_program(f"q{i}", 0.1 * i, "11111112", [15 + 5 * j for j in range(8)]) for i in range(3)]
+    _simulate(progs, ROUNDS, policy=Spy)
+    assert seen and any(p.knob > 0 and p.certainty is not None for _, p in seen)
+    for view, p in seen:
+        live = {r.request_id for r in view.waiting + view.running if r.program_id == p.program_id}
+        assert p.max_knob == 8 and p.knob + len(p.request_ids) <= 8 and set(p.request_ids) == live
+
+
+def test_dynasor_reads_remaining_knob_and_program_arrival():
+    def req(rid, pid, now):
+        return RequestView(rid, now, Phase.PREFILL, 8, 0, 0, blocks_needed=1, enqueued_s=now, program_id=pid)
+
+    now = 200.0
+    reqs = (req("x0", "X", now), req("y0", "Y", now), req("z0", "Z", now))
+    programs = (ProgramView("X", ("x0",), now, 0, 8), ProgramView("Y", ("y0",), now, 0, 1),
+                ProgramView("Z", ("z0",), now - 100.0, 3, 8))  # fmt: skip
+    view = SchedulerView(now, reqs, (), 100, 16, 8, 100, programs=programs)
+    keys = DynasorPolicy(starvation_bound_s=60.0).program_keys(view, DynasorState())
+    assert keys["Y"] < keys["X"]  # X still has 7 unissued samples
+    assert keys["Z"][0] == 0  # its newest round is fresh but the program arrived 100 s ago
+
+
+def _workloads():
+    prog = st.tuples(st.text("123", min_size=1, max_size=6), st.floats(0.0, 2.0),
+                     st.lists(st.integers(1, 300), min_size=6, max_size=6))  # fmt: skip
+    plan = st.builds(lambda cap, first, detect, th, use: ProgramPlan(
+        cap, first_round=min(first, cap), allocation=ThresholdPolicy(th, detect_at=detect) if use else None),
+        st.integers(1, 6), st.integers(1, 6), st.integers(1, 4), st.floats(0.3, 1.0), st.booleans())  # fmt: skip
+    return st.lists(prog, min_size=1, max_size=5), plan, st.sampled_from(["dynasor", "app_fifo", "lpm"])
+
+
+POLICIES = {"dynasor": DynasorPolicy, "app_fifo": AppFIFOPolicy, "lpm": LPMPolicy}
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(*_workloads())
+def test_no_request_lost_or_duplicated_and_deterministic(specs, plan, policy):
+    progs = [_program(f"g{i}", t, ans, toks[: len(ans)]) for i, (ans, t, toks) in enumerate(specs)]
+    config = SimConfig(num_instances=2, hardware="h100", model="qwen2.5-7b", kv_capacity_tokens=512,
+                       max_num_seqs=4)  # fmt: skip
+    rt, res = _simulate(progs, plan, POLICIES[policy], config)
+    ids = [s.request_id for s in res.sequences]
+    assert len(ids) == len(set(ids)) and set(ids) == set(rt._owner)  # each issued request, once
+    for row in rt.results():
+        st_ = rt.states[row["program_id"]]
+        assert row["latency_s"] is not None and row["samples"] <= st_.issued <= st_.cap <= plan.cap
+    for s in res.sequences:
+        assert s.num_blocks == 0 and s.status == "finished"
+        pid = s.req.program_id
+        if s.finish_reason == "stop":  # only an early-stopped program's samples, at its stop
+            assert (
+                rt.states[pid].finish_s == s.finished_s and len(rt.states[pid].classes) < rt.states[pid].cap
+            )
+        else:
+            assert s.finish_reason == "length" and s.num_output == s.req.output_tokens
+    rt2, res2 = _simulate(progs, plan, POLICIES[policy], config)
+    assert rt2.results() == rt.results()
+    assert [(s.request_id, s.finished_s) for s in res2.sequences] == [
+        (s.request_id, s.finished_s) for s in res.sequences
+    ]
+
+
+def _starvation_case(bound, gap, stream_s):
+    """A big program L (4 samples) behind a stream of 1-sample programs that alone keeps a
+    one-seat instance busy: approximate SJF always prefers the small ones."""
+    progs = [_program("S000", 0.0, "1", [40]), _program("L", 0.001, "1111", [60] * 4)]
+    progs += [_program(f"S{i:03d}", i * gap, "1", [40]) for i in range(1, int(stream_s / gap))]
+    config = SimConfig(num_instances=1, hardware="h100", model="qwen2.5-7b", kv_capacity_tokens=4096,
+                       max_num_seqs=1)  # fmt: skip
+    _, res = _simulate(progs, ProgramPlan(4), lambda: DynasorPolicy(starvation_bound_s=bound), config)
+    first = min(s.first_token_s for s in res.sequences if s.req.program_id == "L")
+    return first - 0.001, max(s.finished_s for s in res.sequences)
+
+
+@settings(max_examples=6, deadline=None)
+@given(st.floats(0.3, 1.5), st.floats(0.05, 0.12))
+def test_escalation_bounds_starvation_under_sjf(bound, gap):
+    wait, _ = _starvation_case(bound, gap, stream_s=bound + 3.0)
+    assert wait <= bound + 0.2  # escalated at the first step after the bound, then admitted
+    starved, end = _starvation_case(1e6, gap, stream_s=bound + 3.0)  # no escalation: waits for the stream
+    assert starved > bound + 2.0 and starved > end - 3.0
+
+
+def test_invalid_programs_and_plans_raise_typed_errors():
+    for bad in (
+        lambda: ProgramPlan(0),
+        lambda: ProgramPlan(4, first_round=0),
+        lambda: ProgramPlan(4, allocation=1),
+    ):
+        with pytest.raises(InvalidArgumentError):
+            bad()
+    q = make_question("q", ["1", "2"], [math.nan] * 2, "1")
+    with pytest.raises(InvalidArgumentError):
+        SCProgram("p", 0.0, 8, q, (10,))  # one length for two samples
+    with pytest.raises(InvalidArgumentError):
+        ProgramRuntime([_program("p", 0.0, "1", [5]), _program("p", 1.0, "1", [5])], ProgramPlan(1))
+    with pytest.raises(InvalidArgumentError):
+        sc_program_workload([], 1.0, 3, 0)
+
+
+def test_a_program_host_that_issues_a_late_or_duplicate_request_is_rejected():
+    class Bad:
+        def on_finished(self, finished, now_s):
+            return [SimRequest("again", now_s - 1.0, 8, 4, 0)], []
+
+    with pytest.raises(PolicyError):
+        simulate([SimRequest("r", 0.0, 8, 4, 0)], CONFIG, DynasorPolicy, programs=Bad())
+
+
+def test_same_seed_same_questions_at_every_rate():
+    p = _program("q", 0.0, "12", [5, 6])
+    records = [SCRecord(p.question, p.sample_tokens, p.prompt_tokens, True)] * 3
+    slow, fast = sc_program_workload(records, 1.0, 20, 3), sc_program_workload(records, 4.0, 20, 3)
+    assert [p.question.qid for p in slow] == [p.question.qid for p in fast]
+    assert all(abs(a.arrival_s - 4 * b.arrival_s) < 1e-9 for a, b in zip(slow, fast, strict=True))
+
+
+@pytest.mark.skipif(
+    not (DATA / "qwen25math_math_cot_100_8samples_rm.jsonl").is_file(), reason="no recorded data"
+)
+def test_recorded_sc_files_load_with_lengths_and_difficulty():
+    import json
+
+    qwen = load_sc_records(DATA / "qwen25math_math_cot_100_8samples_rm.jsonl")
+    assert len(qwen) == 100 and all(len(r.sample_tokens) == 8 and not r.tokens_recorded for r in qwen)
+    rows = [json.loads(line) for line in (DATA / "qwen25math_math_cot_100_8samples_rm.jsonl").open()]
+    recorded = [1 if all(r["score"]) else 3 if not any(r["score"]) else 2 for r in rows]
+    agree = sum(difficulty(r.question) == d for r, d in zip(qwen, recorded, strict=True))
+    assert agree >= 95  # our grading vs the recording's own correctness flags
+    r1 = DATA / "r1-distill-qwen-7b_k8rollouts_math500+aime24.jsonl"
+    if r1.is_file():
+        first = json.loads(r1.open().readline())
+        rec = load_sc_records(r1)[0]
+        assert rec.tokens_recorded and list(rec.sample_tokens) == first["tokens"]
