@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
+from operator import attrgetter
 
 from reasonserve.core.decisions import Decision, Order, Preempt
 from reasonserve.core.errors import InvalidArgumentError
@@ -28,19 +29,15 @@ from reasonserve.policies._ranked import decide_ranked
 
 __all__ = ["PrefixAwarePolicy", "eviction_cost", "prefix_order"]
 
+_BY_ARRIVAL = attrgetter("arrival_s", "request_id")
+
 
 def prefix_order(paths: Sequence[Sequence[Hashable]]) -> list[int]:
     """Indices of ``paths`` in greedy prefix-sharing order (stable for equal paths)."""
-    first: dict[Hashable, int] = {}
-    keys = []
-    for i, path in enumerate(paths):
-        key = []
-        for node in path:
-            rank = first.get(node)
-            if rank is None:
-                rank = first[node] = i
-            key.append(rank)
-        keys.append(key)
+    flat = [(node, i) for i, path in enumerate(paths) for node in path]
+    flat.reverse()
+    rank = dict(flat)  # node -> index of the first path that has it (later pairs win)
+    keys = [tuple(map(rank.__getitem__, path)) for path in paths]
     return sorted(range(len(paths)), key=keys.__getitem__)
 
 
@@ -68,8 +65,8 @@ class PrefixAwarePolicy:
     name: str = "flashtts_prefix"
 
     def decide(self, view: SchedulerView) -> Sequence[Decision]:
-        running = sorted(view.running, key=lambda r: (r.arrival_s, r.request_id))
-        waiting = sorted(view.waiting, key=lambda r: (r.arrival_s, r.request_id))
+        running = sorted(view.running, key=_BY_ARRIVAL)
+        waiting = sorted(view.waiting, key=_BY_ARRIVAL)
         waiting = [waiting[i] for i in prefix_order([r.prefix_hashes for r in waiting])]
         ordered_running: list[RequestView] = [
             running[i] for i in prefix_order([r.prefix_hashes for r in running])

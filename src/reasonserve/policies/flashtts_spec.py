@@ -24,6 +24,7 @@ import math
 import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from operator import itemgetter
 
 from reasonserve.core.errors import InvalidArgumentError
 
@@ -69,7 +70,8 @@ class SelectSpec:
         for beam_id, s in scores.items():
             if isinstance(s, bool) or not isinstance(s, (int, float)) or not math.isfinite(s):
                 raise InvalidArgumentError(f"score of beam {beam_id!r} must be a finite number, got {s!r}")
-        ranked = sorted(scores.items(), key=lambda kv: (-kv[1], kv[0]))
+        ranked = sorted(scores.items())  # by beam id, then (stable) by score, best first
+        ranked.sort(key=itemgetter(1), reverse=True)
         n, out = len(ranked), {}
         last_score, last_bin = None, 1
         for rank, (beam_id, s) in enumerate(ranked):
@@ -91,13 +93,16 @@ class SelectSpec:
         if not _is_int(free_slots) or free_slots < 0:
             raise InvalidArgumentError(f"free_slots must be an int >= 0, got {free_slots!r}")
         used = used or {}
+        buckets: dict[int, list[str]] = {}
+        for b in set(finished):
+            buckets.setdefault(potentials.get(b, 1), []).append(b)
         slots: list[SpecSlot] = []
-        for b in sorted(set(finished), key=lambda b: (-potentials.get(b, 1), b)):
-            m = potentials.get(b, 1)
-            for branch in range(used.get(b, 0), m):
-                if len(slots) == free_slots:
-                    return slots
-                slots.append(SpecSlot(b, branch, m))
+        for m in sorted(buckets, reverse=True):  # highest M_i first, ties by beam id
+            for b in sorted(buckets[m]):
+                for branch in range(used.get(b, 0), m):
+                    if len(slots) == free_slots:
+                        return slots
+                    slots.append(SpecSlot(b, branch, m))
         return slots
 
     def kept_tokens(self, num_spec_tokens: int, branch: int, rng: random.Random) -> int:
