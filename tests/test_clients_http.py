@@ -91,6 +91,22 @@ def test_abort_stops_a_stream_on_the_server(live):
     assert wait_until(lambda: live.runner.num_live == 0)
 
 
+def test_leaving_a_stream_early_aborts_on_the_server(live):
+    async def go():
+        async with HTTPClient(live.url, OpenAIShim()) as c:
+            before = live.runner.snapshot.num_aborted
+            stream = c.stream(GenerateRequest("Leave: ", max_tokens=1700, seed=3))
+            async for ch in stream:
+                if ch.token_ids:
+                    break
+            await stream.aclose()  # what `async for` leaves to the garbage collector
+            return before
+
+    before = run(go())
+    assert wait_until(lambda: live.runner.snapshot.num_aborted == before + 1)
+    assert wait_until(lambda: live.runner.num_live == 0)
+
+
 def test_cancelling_generate_aborts_on_the_server(live):
     async def go():
         async with HTTPClient(live.url, OpenAIShim()) as c:

@@ -213,3 +213,24 @@ def test_every_program_runs(live, embedded, where):
 def test_search_programs_need_a_reward_model(live):
     with pytest.raises(Exception, match="reward model"):
         run(_http(live, lambda c: Rebase(width=2).run(c, "Q")))
+
+
+def test_cancelling_self_consistency_aborts_its_samples_on_the_embedded_engine(embedded):
+    sc = SelfConsistency(samples_per_step=3, max_tokens=1500, policy=EvenPolicy(3), seed=1)
+    trace = Trace("sc")
+
+    async def go():
+        before = embedded.num_aborted
+        task = asyncio.ensure_future(sc.run(EmbeddedClient(embedded), "Q ", trace=trace))
+        while len(embedded.running) < 3:
+            await asyncio.sleep(0.005)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        while embedded.has_unfinished():
+            await asyncio.sleep(0.005)
+        return before
+
+    before = run(go())
+    assert trace.exit == "cancelled" and trace.num_aborted == 3
+    assert embedded.num_aborted == before + 3
