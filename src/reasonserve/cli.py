@@ -87,6 +87,9 @@ def _replay_parsers(sub) -> None:
     from reasonserve.sim.cli import add_sim_parser
 
     add_sim_parser(sub)
+    from reasonserve.adapters.cli import add_adapter_parser
+
+    add_adapter_parser(sub)
     cal = sub.add_parser("calibrate", help="choose certainindex settings by cross-validation")
     cal.add_argument("kind", choices=["probes", "sc", "cot", "prm", "mcts"])
     cal.add_argument("--data", default=None)
