@@ -34,7 +34,12 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 from _harness import RESULTS, machine, median_s
 from reasonserve.core import Phase
 from reasonserve.core.views import RequestView, SchedulerView
-from reasonserve.policies.flashtts import PrefixAwarePolicy, RooflineKVAllocator, SelectSpec, TwoPhaseSpeculation
+from reasonserve.policies.flashtts import (
+    PrefixAwarePolicy,
+    RooflineKVAllocator,
+    SelectSpec,
+    TwoPhaseSpeculation,
+)
 from reasonserve.policies.flashtts_control import SpeculationState
 from reasonserve.sim.beam_search import (
     BEAM_SETTINGS,
@@ -105,8 +110,8 @@ def _big_view(n: int) -> SchedulerView:
                            num_blocks=8 if running else 0, blocks_needed=1 if running else 8 + i % 50,
                            prefix_hashes=(1, 2 + i // 64, 10_000 + i // 4))  # fmt: skip
 
-    return SchedulerView(100.0, tuple(req(i, False) for i in range(n)), tuple(req(i, True) for i in range(256)),
-                         500, 16, 512, 3000, 8192)  # fmt: skip
+    waiting, running = tuple(req(i, False) for i in range(n)), tuple(req(i, True) for i in range(256))
+    return SchedulerView(100.0, waiting, running, 500, 16, 512, 3000, 8192)
 
 
 def decide_speed() -> dict:
@@ -163,7 +168,7 @@ def markdown(section: dict) -> str:
     for c in section["cells"]:
         for name, s in c["runs"].items():
             r = c["ratios"][name]
-            spec = f"{s.get('spec_tokens', 0):.0f} ({s.get('spec_tokens_kept', 0):.0f})" if "spec_tokens" in s else "-"
+            spec = f"{s['spec_tokens']:.0f} ({s['spec_tokens_kept']:.0f})" if "spec_tokens" in s else "-"
             lines.append(f"| {c['setting']} | {c['width']} | {c['rate_per_s']:.4f} | {name} | "
                          f"{s['precise_goodput_tokens_s']:.2f} | {r['goodput_ratio']:.2f} | "
                          f"{s['mean_latency_s']:.1f} | {r['latency_change']:+.0%} | "
