@@ -162,13 +162,21 @@ def main() -> None:
     parser.add_argument("--markdown", action="store_true", help="print the docs tables from the last results")
     args = parser.parse_args()
     if args.markdown:
-        print(markdown(json.loads((RESULTS / "policies.json").read_text())))
+        saved = json.loads((RESULTS / "policies.json").read_text())
+        print(markdown(saved))
+        if "dynasor" in saved:
+            import _repro_dynasor
+
+            print("\n" + _repro_dynasor.markdown(saved["dynasor"]))
         return
     speed = decide_speed()
     comparison = run_comparison(400 if args.quick else 2000, args.data, args.seed)
     result = {"machine": machine("cpu"), "config": repr(CONFIG), "num_blocks_per_instance": CONFIG.num_blocks,
               "quick": args.quick, "seed": args.seed, "decide_ms_median": speed, "paper": PAPER,
               **comparison}  # fmt: skip
+    import _repro_dynasor  # Dynasor vs SGLang-LPM vs Parrot App-FIFO (SC programs)
+
+    result["dynasor"] = _repro_dynasor.run(args.quick, args.data, args.seed)
     RESULTS.mkdir(exist_ok=True)
     name = "policies.json"  # the mode is recorded in the file ("quick")
     (RESULTS / name).write_text(json.dumps(result, indent=1, default=str))
