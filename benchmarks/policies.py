@@ -168,6 +168,10 @@ def main() -> None:
             import _repro_dynasor
 
             print("\n" + _repro_dynasor.markdown(saved["dynasor"]))
+        if "flashtts" in saved:
+            import _repro_flashtts
+
+            print("\n" + _repro_flashtts.markdown(saved["flashtts"]))
         return
     speed = decide_speed()
     comparison = run_comparison(400 if args.quick else 2000, args.data, args.seed)
@@ -177,6 +181,9 @@ def main() -> None:
     import _repro_dynasor  # Dynasor vs SGLang-LPM vs Parrot App-FIFO (SC programs)
 
     result["dynasor"] = _repro_dynasor.run(args.quick, args.data, args.seed)
+    import _repro_flashtts  # FlashTTS beam search: baseline vs prefix order, roofline KV, speculation
+
+    result["flashtts"] = _repro_flashtts.run(args.quick, args.data, args.seed)
     RESULTS.mkdir(exist_ok=True)
     name = "policies.json"  # the mode is recorded in the file ("quick")
     (RESULTS / name).write_text(json.dumps(result, indent=1, default=str))
