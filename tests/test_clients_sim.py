@@ -1,0 +1,72 @@
+"""SimClient: programs on the simulator's cost model (virtual time, synthetic tokens)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from reasonserve.certainindex.stopping import AgreeSpanRule
+from reasonserve.clients import GenerateRequest, UnsupportedError
+from reasonserve.clients.sim import SimClient
+from reasonserve.programs import CoTWithProbe, Rebase
+from reasonserve.sim import HARDWARE, MODELS, RooflineCostModel
+
+COST = RooflineCostModel(HARDWARE["h100"], MODELS["qwen3-8b"])
+SUFFIX = "\n**Final Answer** \\boxed{"
+
+
+def settles(position: int) -> str:
+    """A scripted answer curve: no answer until 300 prompt+reasoning tokens, then 42."""
+    return "" if position < 300 else "42"
+
+
+def run(coro):
+    return asyncio.run(asyncio.wait_for(coro, 30))
+
+
+def test_cot_exits_on_the_scripted_answer_and_probes_overlap_in_virtual_time():
+    client = SimClient(COST, block_size=16, probe_answer=settles, seed=1)
+    rule = AgreeSpanRule(tokens=64, min_tokens=0, interval_tokens=32, hesitation=False)
+    cot = CoTWithProbe(chunk_tokens=32, max_tokens=4096, probe_tokens=4, probe_suffix=SUFFIX, rule=rule, seed=3)
+    prompt = tuple(range(100))
+    out = run(cot.run(client, prompt))
+    t = out.trace
+    assert t.exit == "early" and out.answer == "42"
+    # Probes see 100 + 32k tokens: 42 first at k = 7 (324 tokens), agreed at the next probe.
+    assert t.tokens_generated == 8 * 32 and t.num_probes == 8
+    # Every probe (4 steps) ran inside the next chunk's steps: 8 chunks of 32 steps, plus
+    # the last probe's 4 beside the ninth chunk, aborted at the exit (sequential: 256 + 32).
+    assert client.num_steps == t.tokens_generated + 4 and t.num_aborted == 1
+    assert t.probe_prompt_tokens_computed <= t.num_probes * (16 + len(SUFFIX.encode()))
+    assert 0 < client.now_s < 10.0
+
+
+def test_virtual_time_grows_with_the_work():
+    async def cost(n: int) -> float:
+        client = SimClient(COST)
+        out = await client.generate(GenerateRequest(tuple(range(64)), max_tokens=n, seed=1))
+        assert out.finish_reason == "length" and len(out.token_ids) == n
+        return out.elapsed_s
+
+    short, long = run(cost(8)), run(cost(64))
+    assert 0 < short < long
+    again = SimClient(COST)
+    a = run(again.generate(GenerateRequest((1, 2, 3), max_tokens=9, seed=5)))
+    b = run(SimClient(COST).generate(GenerateRequest((1, 2, 3), max_tokens=9, seed=5)))
+    assert a.token_ids == b.token_ids  # seeded
+
+
+def test_abort_and_missing_reward_model():
+    async def go():
+        client = SimClient(COST)
+        task = asyncio.ensure_future(client.generate(GenerateRequest((1, 2), max_tokens=10_000, request_id="s")))
+        while client.num_steps < 3:
+            await asyncio.sleep(0)
+        await client.abort("s")
+        return await task
+
+    out = run(go())
+    assert out.finish_reason == "abort" and len(out.token_ids) < 10_000
+    with pytest.raises(UnsupportedError, match="reward model"):
+        run(Rebase(width=2).run(SimClient(COST), "Q"))
