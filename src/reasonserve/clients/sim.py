@@ -73,7 +73,7 @@ class SimClient:
         return await self._submit(req, None)
 
     async def _submit(self, req: GenerateRequest, probe_text: str | None) -> GenerateResult:
-        prompt = list(req.prompt) if req.token_prompt else list(req.prompt.encode())  # type: ignore[union-attr]
+        prompt = list(req.prompt.encode()) if isinstance(req.prompt, str) else list(req.prompt)
         rid = req.request_id or f"sim-{uuid.uuid4().hex}"
         seed = req.seed if req.seed is not None else random.Random(rid).getrandbits(63)
         live = _Req(rid, prompt, req, seed, self.now_s, asyncio.get_running_loop().create_future())
