@@ -46,3 +46,16 @@ def test_deterministic_mode_on_cuda_tensors():
     w = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16) / 64
     with reasonserve.deterministic_mode():
         assert_bitwise_equal(F.linear(x, w)[9:10], F.linear(x[9:10], w))
+
+
+def test_cuda_sampling_picks_the_cpu_tokens():
+    g = torch.Generator().manual_seed(3)
+    logits = torch.randn(64, 32000, generator=g) * 3
+    seeds, positions = list(range(10**12, 10**12 + 64)), torch.arange(64) * 977
+    for kwargs in ({}, {"top_k": 50}, {"top_p": 0.9, "temperature": 0.7}, {"min_p": 0.05}):
+        cpu = ops.sample(logits, seeds=seeds, positions=positions, **kwargs)
+        gpu = ops.sample(logits.cuda(), seeds=seeds, positions=positions.cuda(), **kwargs)
+        assert torch.equal(gpu.cpu(), cpu), kwargs
+    noise_cpu = ops.gumbel_noise(seeds, positions, 32000)
+    noise_gpu = ops.gumbel_noise(seeds, positions.cuda(), 32000, device="cuda").cpu()
+    assert_close(noise_gpu, noise_cpu, 1e-12, 1e-12, "noise cpu vs cuda")

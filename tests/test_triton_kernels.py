@@ -89,3 +89,20 @@ def test_auto_never_picks_the_interpreter_on_cpu():
     expected = "native" if _native.available() else "torch"
     assert resolve_impl("auto", x) == expected
     assert torch.equal(ops.softmax(x, impl="auto"), ops.softmax(x, impl=expected))
+
+
+@settings(max_examples=5, deadline=None)
+@given(vocab=st.sampled_from([1, 7, 1023, 1025, 3001]), batch=st.integers(1, 4), seed=st.integers(0, 2**31 - 1))
+def test_noise_kernel_gives_the_torch_hash_bits(vocab, batch, seed):
+    from reasonserve.ops._hash import MASK32, finalize, mix_word, uniform_open01
+    from reasonserve.ops.triton.noise import uniform_triton
+
+    gen = torch.Generator().manual_seed(seed)
+    # Seeds cover both 32-bit words, negative int64 (high bit set) and the extremes.
+    seeds = torch.cat([torch.randint(-(2**63), 2**63 - 1, (batch,), generator=gen), torch.tensor([-1, 2**63 - 1])])
+    positions = torch.cat([torch.randint(0, 2**32, (batch,), generator=gen), torch.tensor([0, 2**32 - 1])])
+    s_lo, s_hi, p_lo = seeds & MASK32, (seeds >> 32) & MASK32, positions & MASK32
+    h = mix_word(mix_word(mix_word(torch.zeros_like(s_lo), s_lo), s_hi), p_lo)
+    expected = uniform_open01(finalize(mix_word(h[:, None], torch.arange(vocab)[None, :]), 16))
+    got = uniform_triton(s_lo.to(DEVICE), s_hi.to(DEVICE), p_lo.to(DEVICE), vocab).cpu()
+    assert torch.equal(got, expected)

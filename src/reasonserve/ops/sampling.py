@@ -20,6 +20,7 @@ import torch
 from reasonserve.core.errors import InvalidArgumentError, InvalidTypeError
 from reasonserve.ops._checks import check_tensor
 from reasonserve.ops._hash import MASK32, finalize, mix_word, uniform_open01
+from reasonserve.ops._impl import triton_installed
 from reasonserve.ops.softmax import softmax
 
 __all__ = ["greedy", "gumbel_noise", "sample"]
@@ -27,14 +28,21 @@ __all__ = ["greedy", "gumbel_noise", "sample"]
 Param = float | int | Sequence[float] | torch.Tensor | None
 
 
-def _check_logits(logits: torch.Tensor) -> None:
+def _check_logits_shape(logits: torch.Tensor) -> None:
     check_tensor("logits", logits, ndim=2)
     if logits.shape[1] == 0:
         raise InvalidArgumentError("logits must have a non-empty vocabulary dimension")
-    dead = torch.isneginf(logits).all(dim=-1)
-    if bool(dead.any()):
-        rows = dead.nonzero().flatten().tolist()[:8]
-        raise InvalidArgumentError(f"logits rows {rows} are all -inf: nothing can be sampled")
+
+
+def _raise_dead_rows(logits: torch.Tensor) -> None:
+    rows = torch.isneginf(logits).all(dim=-1).nonzero().flatten().tolist()[:8]
+    raise InvalidArgumentError(f"logits rows {rows} are all -inf: nothing can be sampled")
+
+
+def _check_logits(logits: torch.Tensor) -> None:
+    _check_logits_shape(logits)
+    if bool(torch.isneginf(logits).all(dim=-1).any()):
+        _raise_dead_rows(logits)
 
 
 def greedy(logits: torch.Tensor) -> torch.Tensor:
@@ -103,10 +111,15 @@ def gumbel_noise(seeds, positions, vocab_size: int, *, device=None) -> torch.Ten
 def _noise(seeds, positions, batch: int, vocab_size: int, device) -> torch.Tensor:
     s_lo, s_hi = _split_u64("seeds", seeds, batch, device, 0, 2**64)
     p_lo, _ = _split_u64("positions", positions, batch, device, 0, 2**32)
-    h = mix_word(mix_word(mix_word(torch.zeros_like(s_lo), s_lo), s_hi), p_lo)
-    idx = torch.arange(vocab_size, dtype=torch.int64, device=device)
-    h = finalize(mix_word(h[:, None], idx[None, :]), 16)
-    return -torch.log(-torch.log(uniform_open01(h)))
+    if device.type == "cuda" and triton_installed():
+        from reasonserve.ops.triton.noise import uniform_triton
+
+        u = uniform_triton(s_lo, s_hi, p_lo, vocab_size)  # one kernel, the same bits
+    else:
+        h = mix_word(mix_word(mix_word(torch.zeros_like(s_lo), s_lo), s_hi), p_lo)
+        idx = torch.arange(vocab_size, dtype=torch.int64, device=device)
+        u = uniform_open01(finalize(mix_word(h[:, None], idx[None, :]), 16))
+    return -torch.log(-torch.log(u))
 
 
 def _batch_of(seeds, positions) -> int:
@@ -118,33 +131,50 @@ def _batch_of(seeds, positions) -> int:
     return 1
 
 
-def _allowed(probs, logits, top_k, top_p, min_p) -> torch.Tensor:
-    """``[B, V]`` boolean mask of the tokens that survive the filters of each row."""
+def _allowed(logits, top_k, top_p, min_p, used: tuple[bool, bool, bool]) -> torch.Tensor | None:
+    """``[B, V]`` boolean mask of the tokens that survive the filters of each row
+    (``used``: whether any row sets top-k, top-p, min-p); None when no row filters."""
+    if not any(used):
+        return None
     vocab = logits.shape[1]
+    probs = softmax(logits, dim=-1, impl="torch") if used[1] or used[2] else None
     keep = torch.ones_like(logits, dtype=torch.bool)
     k = top_k.clamp(max=vocab)
-    if bool((k > 0).any()):
+    if used[0]:
         sorted_logits = logits.sort(dim=-1, descending=True, stable=True).values
         kth = sorted_logits.gather(1, (k.clamp(min=1) - 1)[:, None])
         keep &= (logits >= kth) | (k[:, None] == 0)
-    if bool((top_p < 1).any()):
+    if used[1]:
         sp, order = probs.sort(dim=-1, descending=True, stable=True)
         before = sp.cumsum(dim=-1) - sp  # mass strictly ahead of each token
         keep_sorted = (before < top_p[:, None]) | (top_p[:, None] >= 1)
         keep &= torch.zeros_like(keep).scatter(1, order, keep_sorted)
-    if bool((min_p > 0).any()):
+    if used[2]:
         keep &= probs >= min_p[:, None] * probs.amax(dim=-1, keepdim=True)
     return keep
 
 
-def _check_params(temperature, top_k, top_p, min_p) -> None:
-    if not bool(torch.isfinite(temperature).all()) or bool((temperature < 0).any()):
+def _flags(logits, temperature, top_k, top_p, min_p) -> list[bool]:
+    """Every data-dependent check of one call, read back in a single device sync:
+    [dead row, bad temperature, bad top_k, bad top_p, bad min_p, uses top-k, top-p, min-p]."""
+    return torch.stack([
+        torch.isneginf(logits).all(dim=-1).any(),
+        ~torch.isfinite(temperature).all() | (temperature < 0).any(),
+        (top_k < 0).any(),
+        ~((top_p > 0) & (top_p <= 1)).all(),
+        ~((min_p >= 0) & (min_p <= 1)).all(),
+        (top_k > 0).any(), (top_p < 1).any(), (min_p > 0).any(),
+    ]).tolist()  # fmt: skip
+
+
+def _check_params(flags: list[bool], temperature, top_k, top_p, min_p) -> None:
+    if flags[1]:
         raise InvalidArgumentError(f"temperature must be finite and >= 0, got {temperature.tolist()[:8]}")
-    if bool((top_k < 0).any()):
+    if flags[2]:
         raise InvalidArgumentError(f"top_k must be >= 0 (0 disables it), got {top_k.tolist()[:8]}")
-    if not bool(((top_p > 0) & (top_p <= 1)).all()):
+    if flags[3]:
         raise InvalidArgumentError(f"top_p must lie in (0, 1], got {top_p.tolist()[:8]}")
-    if not bool(((min_p >= 0) & (min_p <= 1)).all()):
+    if flags[4]:
         raise InvalidArgumentError(f"min_p must lie in [0, 1], got {min_p.tolist()[:8]}")
 
 
@@ -175,19 +205,22 @@ def sample(
     NaN logits are not an error: a row that holds NaN returns the index of its first
     NaN, the same alone and batched.
     """
-    _check_logits(logits)
+    _check_logits_shape(logits)
     batch, vocab = logits.shape
     dev = logits.device
     temp = _row_param("temperature", temperature, batch, dev, torch.float64)
     k = _row_param("top_k", 0 if top_k is None else top_k, batch, dev, torch.int64)
     p = _row_param("top_p", 1.0 if top_p is None else top_p, batch, dev, torch.float64)
     mp = _row_param("min_p", 0.0 if min_p is None else min_p, batch, dev, torch.float64)
-    _check_params(temp, k, p, mp)
+    flags = _flags(logits, temp, k, p, mp)
+    if flags[0]:
+        _raise_dead_rows(logits)
+    _check_params(flags, temp, k, p, mp)
     noise = _noise(seeds, positions, batch, vocab, dev)
     greedy_rows = temp == 0
     scaled = logits.to(torch.float64) / torch.where(greedy_rows, 1.0, temp)[:, None]
-    keep = _allowed(softmax(scaled, dim=-1, impl="torch"), scaled, k, p, mp)
-    scores = torch.where(keep, scaled + noise, float("-inf"))
+    keep = _allowed(scaled, k, p, mp, tuple(flags[5:]))
+    scores = scaled + noise if keep is None else torch.where(keep, scaled + noise, float("-inf"))
     sampled = torch.where(greedy_rows, logits.argmax(dim=-1), scores.argmax(dim=-1))
     nan = torch.isnan(logits)
     return torch.where(nan.any(dim=-1), nan.to(torch.int8).argmax(dim=-1), sampled)
