@@ -25,3 +25,23 @@ def test_sim_cli_refuses_bad_options(tmp_path, capsys):
     assert "quantum" in capsys.readouterr().err
     assert main(["sim", "--data", str(tmp_path), "--instances", "0"]) == 2
     assert "num_instances" in capsys.readouterr().err
+
+
+def test_sim_cli_profile_cost_model(tmp_path, capsys):
+    from reasonserve.sim.profile import ProfileTable, save_profile
+
+    _write_fake_traces(tmp_path)
+    save_profile(ProfileTable((), (0.01, 1e-5, 1e-4, 1e-7), "test"), tmp_path / "table.json")
+    out = tmp_path / "sim.json"
+    base = ["sim", "--data", str(tmp_path), "--requests", "10", "--instances", "2", "--model", "qwen2.5-7b"]
+    assert main([*base, "--cost-model", "profile", "--profile-table", str(tmp_path / "table.json"),
+                 "--decode-steps-per-event", "8", "--out", str(out)]) == 0  # fmt: skip
+    summary = json.loads(out.read_text())
+    assert summary["cost_model"] == "profile" and summary["num_requests"] == 10
+    assert main([*base, "--cost-model", "profile"]) == 2
+    assert "--profile-table" in capsys.readouterr().err
+    (tmp_path / "bad.json").write_text("[]")
+    assert main([*base, "--cost-model", "profile", "--profile-table", str(tmp_path / "bad.json")]) == 2
+    assert "not a profile table" in capsys.readouterr().err
+    assert main([*base, "--decode-steps-per-event", "0"]) == 2
+    assert "decode_steps_per_event" in capsys.readouterr().err

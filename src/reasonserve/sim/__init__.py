@@ -6,6 +6,14 @@ from reasonserve.sim.cost_model import RooflineCostModel
 from reasonserve.sim.hardware import HARDWARE, HardwareSpec
 from reasonserve.sim.metrics import percentile, request_metrics, summarize, tail_ttft_by_bin
 from reasonserve.sim.model_spec import MODELS, ModelSpec
+from reasonserve.sim.profile import (
+    ProfileCostModel,
+    ProfileRow,
+    ProfileTable,
+    fit_profile,
+    load_profile,
+    save_profile,
+)
 from reasonserve.sim.simulator import SimResult, simulate
 from reasonserve.sim.traces import load_lengths
 from reasonserve.sim.workload import LengthTable, SimRequest, poisson_workload
@@ -16,14 +24,20 @@ __all__ = [
     "HardwareSpec",
     "LengthTable",
     "ModelSpec",
+    "ProfileCostModel",
+    "ProfileRow",
+    "ProfileTable",
     "RooflineCostModel",
     "SimConfig",
     "SimRequest",
     "SimResult",
+    "fit_profile",
     "load_lengths",
+    "load_profile",
     "percentile",
     "poisson_workload",
     "request_metrics",
+    "save_profile",
     "simulate",
     "summarize",
     "tail_ttft_by_bin",

@@ -8,10 +8,12 @@ import pathlib
 from typing import TextIO
 
 from reasonserve.core.errors import InvalidArgumentError
+from reasonserve.policies.router import LeastKVRouter, PascalRouter
 from reasonserve.sim.config import SimConfig
 from reasonserve.sim.hardware import HARDWARE
 from reasonserve.sim.metrics import summarize
 from reasonserve.sim.model_spec import MODELS
+from reasonserve.sim.profile import load_profile
 from reasonserve.sim.simulator import simulate
 from reasonserve.sim.traces import load_lengths
 from reasonserve.sim.workload import poisson_workload
@@ -19,13 +21,19 @@ from reasonserve.sim.workload import poisson_workload
 __all__ = ["add_sim_parser", "run_sim"]
 
 POLICIES = ("fcfs", "round_robin", "pascal", "dynasor", "app_fifo", "lpm")
+ROUTERS = {
+    "least_kv": LeastKVRouter,
+    "pascal": PascalRouter,
+    "pascal_nomigration": lambda: PascalRouter(migrate=False),
+    "pascal_nonadaptive": lambda: PascalRouter(adaptive=False),
+}
 
 
 def add_sim_parser(sub) -> None:
     p = sub.add_parser(
         "sim",
         help="simulate N instances under a scheduling policy; write JSON metrics",
-        description="Seeded discrete-event simulation with a roofline cost model.",
+        description="Seeded discrete-event simulation with a roofline or profile-table cost model.",
     )
     w = p.add_argument_group("workload")
     w.add_argument(
@@ -49,13 +57,36 @@ def add_sim_parser(sub) -> None:
         "--kv-tokens", type=int, default=None, help="KV capacity per instance (default: from memory)"
     )
     c.add_argument("--preemption", choices=("swap", "recompute"), default="swap")
+    c.add_argument(
+        "--cost-model",
+        choices=("roofline", "profile"),
+        default="roofline",
+        help="step times: 'roofline' (the --hardware/--model presets' peak FLOP/s and bandwidth) or "
+        "'profile' (a least-squares fit of measured engine steps, --profile-table; copies and KV "
+        "capacity still come from the presets)",
+    )
+    c.add_argument(
+        "--profile-table",
+        type=pathlib.Path,
+        default=None,
+        help="profile table JSON for --cost-model profile (benchmarks/sim_profile.py writes one)",
+    )
+    c.add_argument(
+        "--decode-steps-per-event",
+        type=int,
+        default=1,
+        help="decode iterations a decode-only batch may run per policy decision (1: exact; "
+        "larger: faster, see reasonserve.sim.run)",
+    )
     q = p.add_argument_group("policy")
     q.add_argument("--policy", choices=POLICIES, default="pascal")
     q.add_argument(
         "--router",
-        choices=("least_kv", "pascal"),
+        choices=tuple(ROUTERS),
         default=None,
-        help="placement (default: PASCAL's Algorithm 1 for --policy pascal, else least KV)",
+        help="placement and phase-transition migration (default: 'pascal' = Algorithms 1+2 with adaptive "
+        "migration for --policy pascal, else 'least_kv', no migration); ablations: "
+        "'pascal_nomigration', 'pascal_nonadaptive'",
     )
     q.add_argument("--quantum", type=int, default=500, help="round-robin/PASCAL token quantum")
     q.add_argument("--demote-tokens", type=int, default=5000, help="PASCAL demotion threshold")
@@ -84,20 +115,30 @@ def _factory(args):
     return makers[args.policy]
 
 
-def run_sim(args: argparse.Namespace, out: TextIO) -> int:
-    from reasonserve.policies.router import LeastKVRouter, PascalRouter
+def _profile(args):
+    if args.cost_model == "roofline":
+        if args.profile_table is not None:
+            raise InvalidArgumentError("--profile-table needs --cost-model profile")
+        return None
+    if args.profile_table is None:
+        raise InvalidArgumentError("--cost-model profile needs --profile-table PATH")
+    return load_profile(args.profile_table)
 
+
+def run_sim(args: argparse.Namespace, out: TextIO) -> int:
     if args.requests < 1:
         raise InvalidArgumentError(f"--requests must be >= 1, got {args.requests}")
     config = SimConfig(num_instances=args.instances, hardware=args.hardware, model=args.model,
-                       kv_capacity_tokens=args.kv_tokens, preemption=args.preemption)  # fmt: skip
+                       kv_capacity_tokens=args.kv_tokens, preemption=args.preemption,
+                       decode_steps_per_event=args.decode_steps_per_event,
+                       profile=_profile(args))  # fmt: skip
     factory = _factory(args)
     router_name = args.router or ("pascal" if args.policy == "pascal" else "least_kv")
-    router = PascalRouter() if router_name == "pascal" else LeastKVRouter()
+    router = ROUTERS[router_name]()
     table = load_lengths(args.lengths, args.data, seed=args.seed)
     reqs = poisson_workload(table, args.rate, args.requests, args.seed, programs_of=args.program_size)
     summary = summarize(simulate(reqs, config, factory, router))
-    summary.update(lengths=table.source, rate_rps=args.rate, config=repr(config))
+    summary.update(lengths=table.source, rate_rps=args.rate, config=repr(config), cost_model=args.cost_model)
     text = json.dumps(summary, indent=1, default=str)
     if args.out is None:
         print(text, file=out)

@@ -8,6 +8,7 @@ from reasonserve.core.errors import InvalidArgumentError
 from reasonserve.sim.cost_model import RooflineCostModel
 from reasonserve.sim.hardware import HARDWARE
 from reasonserve.sim.model_spec import MODELS
+from reasonserve.sim.profile import ProfileCostModel, ProfileTable
 
 __all__ = ["SimConfig"]
 
@@ -23,7 +24,9 @@ class SimConfig:
     derives each instance's KV capacity from the memory left beside the weights at
     ``gpu_memory_utilization`` (vLLM's default 0.9). SLO targets are PASCAL's.
 ``decode_steps_per_event`` > 1 lets a decode-only batch run that many iterations per
-policy decision (faster; the approximation is described in :mod:`reasonserve.sim.run`)."""
+policy decision (faster; the approximation is described in :mod:`reasonserve.sim.run`).
+``profile``: time steps with a table fitted from measured engine steps
+(:mod:`reasonserve.sim.profile`) instead of the roofline model."""
 
     num_instances: int = 8
     hardware: str = "h100"
@@ -39,6 +42,7 @@ policy decision (faster; the approximation is described in :mod:`reasonserve.sim
     qoe_slo: float = 0.95
     max_sim_s: float = 1e7  # a guard against a policy that never lets work finish
     decode_steps_per_event: int = 1  # k > 1: coarse event steps (see reasonserve.sim.run)
+    profile: ProfileTable | None = None  # step times from a fitted engine profile (else roofline)
 
     def __post_init__(self) -> None:
         _positive_int("num_instances", self.num_instances)
@@ -50,6 +54,9 @@ policy decision (faster; the approximation is described in :mod:`reasonserve.sim
             )
         if self.model not in MODELS:
             raise InvalidArgumentError(f"SimConfig.model must be one of {sorted(MODELS)}, got {self.model!r}")
+        if self.profile is not None and not isinstance(self.profile, ProfileTable):
+            kind = type(self.profile).__name__
+            raise InvalidArgumentError(f"SimConfig.profile must be a ProfileTable or None, got {kind}")
         if self.kv_capacity_tokens is not None:
             _positive_int("kv_capacity_tokens", self.kv_capacity_tokens, self.block_size)
         if not 0 < self.gpu_memory_utilization <= 1:
@@ -66,8 +73,9 @@ policy decision (faster; the approximation is described in :mod:`reasonserve.sim
                 raise InvalidArgumentError(f"SimConfig.{name} must be a number > 0, got {value!r}")
         self.num_blocks  # noqa: B018 - raises if the model does not fit
 
-    def cost_model(self) -> RooflineCostModel:
-        return RooflineCostModel(HARDWARE[self.hardware], MODELS[self.model])
+    def cost_model(self) -> RooflineCostModel | ProfileCostModel:
+        roofline = RooflineCostModel(HARDWARE[self.hardware], MODELS[self.model])
+        return roofline if self.profile is None else ProfileCostModel(self.profile, roofline)
 
     @property
     def num_blocks(self) -> int:

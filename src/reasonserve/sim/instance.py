@@ -13,6 +13,7 @@ from reasonserve.policies.router import InstanceLoad
 from reasonserve.sim.config import SimConfig
 from reasonserve.sim.cost_model import RooflineCostModel
 from reasonserve.sim.plan import SimPlan, check_plan
+from reasonserve.sim.profile import ProfileCostModel
 from reasonserve.sim.run import StepRun
 from reasonserve.sim.sequence import SimSequence
 from reasonserve.sim.workload import SimRequest
@@ -21,7 +22,9 @@ __all__ = ["SimInstance"]
 
 
 class SimInstance:
-    def __init__(self, instance_id: str, config: SimConfig, cost: RooflineCostModel, policy: object) -> None:
+    def __init__(
+        self, instance_id: str, config: SimConfig, cost: RooflineCostModel | ProfileCostModel, policy: object
+    ) -> None:
         self.instance_id, self.config, self.cost = instance_id, config, cost
         self.policy, self.policy_name = check_policy(policy), policy_name(policy)
         self.total_blocks = self.free_blocks = config.num_blocks
