@@ -22,13 +22,19 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from reasonserve.certainindex.answers import extract_answer, extract_probe_answer
-from reasonserve.certainindex.stopping import ProbeObservation, StopDecision, StoppingRule, default_rule
+from reasonserve.certainindex.stopping import (
+    AgreeSpanRule,
+    ProbeObservation,
+    StopDecision,
+    StoppingRule,
+    default_rule,
+)
 from reasonserve.clients.protocol import EngineClient, GenerateRequest, GenerateResult
 from reasonserve.core.errors import InvalidArgumentError
 from reasonserve.programs._inflight import InFlight
 from reasonserve.programs.trace import ProgramError, ProgramResult, Trace
 
-__all__ = ["DEFAULT_PROBE_SUFFIX", "CoTWithProbe"]
+__all__ = ["DEFAULT_PROBE_SUFFIX", "CoTWithProbe", "host_default_rule"]
 
 #: The reference code's probe suffix (SPEC 1.1).
 DEFAULT_PROBE_SUFFIX = (
@@ -37,17 +43,26 @@ DEFAULT_PROBE_SUFFIX = (
 _HOST_SIGNALS = frozenset({"answers", "probe_text", "reasoning_text"})
 
 
+def host_default_rule() -> StoppingRule:
+    """``default_rule()`` when the program can give every signal it requires (answers,
+    probe text, reasoning text: the hosts here return no log-probabilities); otherwise
+    the agree-span rule ``AgreeSpanRule(2432, 2048)``, which needs answers and probe text."""
+    rule = default_rule()
+    return rule if set(rule.requires) <= _HOST_SIGNALS else AgreeSpanRule(2432, 2048)
+
+
 @dataclass(frozen=True)
 class CoTWithProbe:
-    """See the module docstring. ``seed``: every chunk uses it (on reasonserve the token
-    at position p depends on (seed, p) only, so chunked decoding equals one request)."""
+    """See the module docstring. ``rule``: default :func:`host_default_rule`. ``seed``:
+    every chunk uses it (on reasonserve the token at position p depends on (seed, p) and
+    the logits, so chunked decoding samples like one request)."""
 
     chunk_tokens: int = 64
     max_tokens: int = 4096
     probe_tokens: int = 20
     probe_suffix: str = DEFAULT_PROBE_SUFFIX
     think_end: str = "</think>"
-    rule: StoppingRule = field(default_factory=default_rule)
+    rule: StoppingRule = field(default_factory=host_default_rule)
     temperature: float = 0.6
     top_p: float = 0.95
     seed: int | None = None
