@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import cast
 
 from reasonserve.certainindex.answers import extract_answer, extract_probe_answer
 from reasonserve.certainindex.stopping import (
@@ -48,7 +49,7 @@ def host_default_rule() -> StoppingRule:
     probe text, reasoning text: the hosts here return no log-probabilities); otherwise
     the agree-span rule ``AgreeSpanRule(2432, 2048)``, which needs answers and probe text."""
     rule = default_rule()
-    return rule if set(rule.requires) <= _HOST_SIGNALS else AgreeSpanRule(2432, 2048)
+    return rule if set(rule.requires) <= _HOST_SIGNALS else cast(StoppingRule, AgreeSpanRule(2432, 2048))
 
 
 @dataclass(frozen=True)
