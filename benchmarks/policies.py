@@ -1,13 +1,18 @@
-"""PASCAL vs FCFS vs round-robin on the simulator, and decide() speed on a 10,000-request view.
+"""PASCAL (+ NoMigration / NonAdaptive ablations) vs FCFS vs round-robin on the simulator; decide() speed.
 
 Settings are fixed here, before any comparison runs, from the PASCAL paper (8 instances,
 a 32B reasoning model on H100, quantum 500, demotion at 5000 tokens, TTFAT 0.25 s, TPOT
 100 ms, QoE < 0.95 is a violation, swap preemption), the H100 datasheet and the
 ServeGen DeepSeek-R1 trace. Arrival rates are fractions (0.5, 0.75, 1.0) of a capacity
 estimate computed from the cost model before running anything (see ``_capacity_rps``).
+Migration at the reasoning->answering transition costs 40 ms per 2048 tokens (PASCAL
+§IV-B). The simulator runs coarse event steps of 16 decode iterations per decision
+(one KV block; fixed before any run): ``sim_speed`` measures what that changes against
+exact steps on the medium-rate workload.
 
     python benchmarks/policies.py --quick     # 400 requests per rate (a few minutes)
     python benchmarks/policies.py             # 2000 requests per rate
+    python benchmarks/policies.py --only pascal   # this section only (merged into the results)
 """
 
 from __future__ import annotations
@@ -18,27 +23,33 @@ import pathlib
 import statistics
 import sys
 import time
+from dataclasses import replace
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 
-from _harness import RESULTS, machine, median_s
-from reasonserve.core import Phase
-from reasonserve.core.views import RequestView, SchedulerView
+from _harness import RESULTS, machine
+from _policies_speed import decide_speed, sim_speed
 from reasonserve.policies import FCFSPolicy, RoundRobinPolicy
-from reasonserve.policies.app_fifo import AppFIFOPolicy
-from reasonserve.policies.dynasor import DynasorPolicy
-from reasonserve.policies.lpm import LPMPolicy
 from reasonserve.policies.pascal import PascalPolicy
 from reasonserve.policies.router import LeastKVRouter, PascalRouter
 from reasonserve.sim import SimConfig, load_lengths, poisson_workload, simulate, summarize
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-CONFIG = SimConfig(num_instances=8, hardware="h100", model="qwen2.5-32b", preemption="swap")
+CONFIG = SimConfig(num_instances=8, hardware="h100", model="qwen2.5-32b", preemption="swap",
+                   decode_steps_per_event=16)  # fmt: skip
 RATE_FRACTIONS = {"low": 0.5, "medium": 0.75, "high": 1.0}
 SETUPS = {  # name: (policy factory, router) — baselines place by least KV footprint (paper §V-A)
     "fcfs": (FCFSPolicy, LeastKVRouter()),
     "rr": (lambda: RoundRobinPolicy(quantum=500, mode="swap"), LeastKVRouter()),
     "pascal": (lambda: PascalPolicy(quantum=500, demote_threshold_tokens=5000, mode="swap"), PascalRouter()),
+    "pascal_nomigration": (  # ablation (paper §V-D): the answering phase stays where it reasoned
+        lambda: PascalPolicy(quantum=500, demote_threshold_tokens=5000, mode="swap"),
+        PascalRouter(migrate=False),
+    ),
+    "pascal_nonadaptive": (  # ablation (paper §V-D): always migrate to Algorithm 2's choice
+        lambda: PascalPolicy(quantum=500, demote_threshold_tokens=5000, mode="swap"),
+        PascalRouter(adaptive=False),
+    ),
 }
 PAPER = {
     "setting": "8x H100 96GB, DeepSeek-R1-Distill-Qwen-32B, AlpacaEval2.0/Arena-Hard via o4-mini lengths",
@@ -46,6 +57,9 @@ PAPER = {
     "tail_ttft_change_vs_rr": "-33% / -29%",
     "throughput_change": "within 3%",
     "slo_violations": "PASCAL lower or comparable to both baselines at every rate",
+    "ablation_nomigration": "worse tail TTFT at high rate; P99 blocking latency up to 27.39 s; markedly "
+    "higher answering-phase SLO violations than PASCAL (Fig. 13)",
+    "ablation_nonadaptive": "similar TTFT; SLO violations 7.45% vs 0.69% for PASCAL at high rate (Fig. 15)",
 }
 
 
@@ -74,13 +88,18 @@ def _headline(by_policy: dict) -> dict:
         "throughput_change_vs_fcfs": tput / by_policy["fcfs"]["throughput_tokens_s"] - 1,
         "throughput_change_vs_rr": tput / by_policy["rr"]["throughput_tokens_s"] - 1,
         "slo_violation_rate": {p: s["slo_violation_rate"] for p, s in by_policy.items()},
+        "tail_ttft_change_vs_nomigration": tail_change("pascal_nomigration"),
+        "tail_ttft_change_vs_nonadaptive": tail_change("pascal_nonadaptive"),
+        "migrations": {p: s["migrations"] for p, s in by_policy.items()},
     }
 
 
 def run_comparison(num_requests: int, data_dir: pathlib.Path, seed: int) -> dict:
     table = load_lengths("servegen", data_dir, seed=seed)
-    capacity = _capacity_rps(table, CONFIG)
+    capacity = _capacity_rps(table, replace(CONFIG, decode_steps_per_event=1))
     out = {"capacity_estimate_rps": capacity, "lengths": table.source, "rates": {}}
+    medium = poisson_workload(table, RATE_FRACTIONS["medium"] * capacity, num_requests, seed=seed)
+    out["sim_speed"] = sim_speed(medium, CONFIG, *SETUPS["pascal"])
     for label, fraction in RATE_FRACTIONS.items():
         reqs = poisson_workload(table, fraction * capacity, num_requests, seed=seed)
         by_policy = {}
@@ -91,9 +110,9 @@ def run_comparison(num_requests: int, data_dir: pathlib.Path, seed: int) -> dict
             summary["sim_requests_per_wall_minute"] = num_requests / summary["wall_s"] * 60
             by_policy[name] = summary
             s = summary
-            print(f"{label:6s} {name:7s} p99 TTFT {s['ttft_s']['p99']:8.1f} s  SLO viol "
+            print(f"{label:6s} {name:18s} p99 TTFT {s['ttft_s']['p99']:8.1f} s  SLO viol "
                   f"{s['slo_violation_rate']:.3f}  tput {s['throughput_tokens_s']:8.0f} tok/s  "
-                  f"wall {s['wall_s']:.0f} s", flush=True)  # fmt: skip
+                  f"migr {s['migrations']:5d}  wall {s['wall_s']:.0f} s", flush=True)  # fmt: skip
         out["rates"][label] = {
             "rate_rps": fraction * capacity,
             "policies": by_policy,
@@ -102,45 +121,17 @@ def run_comparison(num_requests: int, data_dir: pathlib.Path, seed: int) -> dict
     return out
 
 
-def _big_view(n_waiting: int, n_running: int = 256) -> SchedulerView:
-    def req(i: int, running: bool) -> RequestView:
-        phase = (
-            (Phase.PREFILL, Phase.REASONING, Phase.ANSWERING)[i % 3] if running or i % 2 else Phase.PREFILL
-        )
-        return RequestView(f"{'r' if running else 'w'}{i:06d}", i * 0.001, phase, 100 + i % 900, 0, i % 700,
-                           num_blocks=8 if running else 0, blocks_needed=1 if running else 8 + i % 50,
-                           enqueued_s=i * 0.001, quantum_used=i % 600 if running else 0,
-                           program_id=f"p{i // 8}", prefix_hashes=(i % 7, i % 13))  # fmt: skip
-
-    running = tuple(req(i, True) for i in range(n_running))
-    waiting = tuple(req(i, False) for i in range(n_waiting))
-    return SchedulerView(100.0, waiting, running, 500, 16, 512, 3000, 8192)
-
-
-def decide_speed() -> dict:
-    policies = {"fcfs": FCFSPolicy(), "round_robin": RoundRobinPolicy(quantum=500), "pascal": PascalPolicy(),
-                "dynasor": DynasorPolicy(), "app_fifo": AppFIFOPolicy(), "lpm": LPMPolicy()}  # fmt: skip
-    out = {}
-    for n in (1_000, 10_000):
-        view = _big_view(n)
-        out[n] = {
-            name: median_s(lambda p=p: p.decide(view), repeats=15) * 1e3 for name, p in policies.items()
-        }
-        print(f"decide() median ms at {n} waiting + 256 running: "
-              + ", ".join(f"{k} {v:.2f}" for k, v in out[n].items()), flush=True)  # fmt: skip
-    return out
-
-
 def markdown(result: dict) -> str:
     """The docs/benchmarks.md tables from a results file."""
     lines = ["| rate | req/s | policy | P99 TTFT s | worst-bin tail TTFT s | SLO viol. | TTFAT met | tok/s "
-             "| preempt. |", "|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+             "| preempt. | migr. |", "|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
     for label, rate in result["rates"].items():
         for name, s in rate["policies"].items():
             worst = max(s["tail_ttft_by_bin_s"].values())
             lines.append(f"| {label} | {rate['rate_rps']:.2f} | {name} | {s['ttft_s']['p99']:.1f} | "
                          f"{worst:.1f} | {s['slo_violation_rate']:.3f} | {s['ttfat_attainment']:.3f} | "
-                         f"{s['throughput_tokens_s']:.0f} | {s['preemptions']} |")  # fmt: skip
+                         f"{s['throughput_tokens_s']:.0f} | {s['preemptions']} | "
+                         f"{s.get('migrations', '')} |")  # fmt: skip
     lines += ["", "| rate | tail TTFT vs FCFS (best bin / worst bin / P99) | vs RR (best / worst / P99) | "
               "throughput vs FCFS / RR |", "|---|---|---|---|"]  # fmt: skip
     for label, rate in result["rates"].items():
@@ -151,7 +142,24 @@ def markdown(result: dict) -> str:
                      f"{r['best_bin']:+.0%} / {r['worst_bin']:+.0%} / {r['p99_overall']:+.0%} | "
                      f"{h['throughput_change_vs_fcfs']:+.1%} / "
                      f"{h['throughput_change_vs_rr']:+.1%} |")  # fmt: skip
-    return "\n".join(lines)
+    return "\n".join(lines + _ablation_lines(result))
+
+
+def _ablation_lines(result: dict) -> list[str]:
+    first = next(iter(result["rates"].values()))["headline"]
+    if "tail_ttft_change_vs_nomigration" not in first:
+        return []
+    lines = ["", "| rate | SLO viol. PASCAL / NoMigration / NonAdaptive / FCFS / RR | tail TTFT vs "
+             "NoMigration (best / worst / P99) | vs NonAdaptive (best / worst / P99) |",
+             "|---|---|---|---|"]  # fmt: skip
+    for label, rate in result["rates"].items():
+        h, v = rate["headline"], rate["headline"]["slo_violation_rate"]
+        n, a = h["tail_ttft_change_vs_nomigration"], h["tail_ttft_change_vs_nonadaptive"]
+        lines.append(f"| {label} | {v['pascal']:.3f} / {v['pascal_nomigration']:.3f} / "
+                     f"{v['pascal_nonadaptive']:.3f} / {v['fcfs']:.3f} / {v['rr']:.3f} | "
+                     f"{n['best_bin']:+.0%} / {n['worst_bin']:+.0%} / {n['p99_overall']:+.0%} | "
+                     f"{a['best_bin']:+.0%} / {a['worst_bin']:+.0%} / {a['p99_overall']:+.0%} |")  # fmt: skip
+    return lines
 
 
 def main() -> None:
@@ -160,6 +168,8 @@ def main() -> None:
     parser.add_argument("--data", type=pathlib.Path, default=ROOT.parent / "shared" / "data")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--markdown", action="store_true", help="print the docs tables from the last results")
+    parser.add_argument("--only", action="append", choices=("pascal", "dynasor", "flashtts"),
+                        help="run only this section (repeatable); merge into the results")  # fmt: skip
     args = parser.parse_args()
     if args.markdown:
         saved = json.loads((RESULTS / "policies.json").read_text())
@@ -173,21 +183,26 @@ def main() -> None:
 
             print("\n" + _repro_flashtts.markdown(saved["flashtts"]))
         return
-    speed = decide_speed()
-    comparison = run_comparison(400 if args.quick else 2000, args.data, args.seed)
-    result = {"machine": machine("cpu"), "config": repr(CONFIG), "num_blocks_per_instance": CONFIG.num_blocks,
-              "quick": args.quick, "seed": args.seed, "decide_ms_median": speed, "paper": PAPER,
-              **comparison}  # fmt: skip
-    import _repro_dynasor  # Dynasor vs SGLang-LPM vs Parrot App-FIFO (SC programs)
+    sections = args.only or ["pascal", "dynasor", "flashtts"]
+    path = RESULTS / "policies.json"
+    result = json.loads(path.read_text()) if args.only and path.exists() else {}  # --only: merge
+    if "pascal" in sections:
+        speed = decide_speed()
+        comparison = run_comparison(400 if args.quick else 2000, args.data, args.seed)
+        result.update({"machine": machine("cpu"), "config": repr(CONFIG),
+                       "num_blocks_per_instance": CONFIG.num_blocks, "quick": args.quick, "seed": args.seed,
+                       "decide_ms_median": speed, "paper": PAPER, **comparison})  # fmt: skip
+    if "dynasor" in sections:
+        import _repro_dynasor  # Dynasor vs SGLang-LPM vs Parrot App-FIFO (SC programs)
 
-    result["dynasor"] = _repro_dynasor.run(args.quick, args.data, args.seed)
-    import _repro_flashtts  # FlashTTS beam search: baseline vs prefix order, roofline KV, speculation
+        result["dynasor"] = _repro_dynasor.run(args.quick, args.data, args.seed)
+    if "flashtts" in sections:
+        import _repro_flashtts  # FlashTTS beam search: baseline vs prefix order, roofline KV, speculation
 
-    result["flashtts"] = _repro_flashtts.run(args.quick, args.data, args.seed)
+        result["flashtts"] = _repro_flashtts.run(args.quick, args.data, args.seed)
     RESULTS.mkdir(exist_ok=True)
-    name = "policies.json"  # the mode is recorded in the file ("quick")
-    (RESULTS / name).write_text(json.dumps(result, indent=1, default=str))
-    print(f"wrote {RESULTS / name}")
+    path.write_text(json.dumps(result, indent=1, default=str))  # the mode is recorded in the file ("quick")
+    print(f"wrote {path}")
 
 
 if __name__ == "__main__":

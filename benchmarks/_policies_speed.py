@@ -1,0 +1,89 @@
+"""Speed half of benchmarks/policies.py: decide() on long queues and simulator throughput.
+
+* ``decide_speed``: median wall time of ``decide()`` for every policy on a view with
+  1,000 / 10,000 / 100,000 queued requests and 256 running ones (the same view each
+  call: a cold decide, no state carried between views helps).
+* ``sim_speed``: the PASCAL setting (8 instances, the medium rate) simulated exactly
+  (``decode_steps_per_event=1``) and with the benchmark's coarse steps, on the same
+  workload: simulated requests per minute of wall time and of process CPU time (the
+  machine is shared: CPU time is the steadier figure), and how far the coarse run's
+  headline metrics move from the exact run's.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+
+from _harness import median_s
+from reasonserve.core import Phase
+from reasonserve.core.views import RequestView, SchedulerView
+from reasonserve.policies import FCFSPolicy, RoundRobinPolicy
+from reasonserve.policies.app_fifo import AppFIFOPolicy
+from reasonserve.policies.dynasor import DynasorPolicy
+from reasonserve.policies.lpm import LPMPolicy
+from reasonserve.policies.pascal import PascalPolicy
+from reasonserve.sim import simulate, summarize
+
+__all__ = ["big_view", "decide_speed", "sim_speed"]
+
+
+def big_view(n_waiting: int, n_running: int = 256) -> SchedulerView:
+    def req(i: int, running: bool) -> RequestView:
+        phase = (
+            (Phase.PREFILL, Phase.REASONING, Phase.ANSWERING)[i % 3] if running or i % 2 else Phase.PREFILL
+        )
+        return RequestView(f"{'r' if running else 'w'}{i:06d}", i * 0.001, phase, 100 + i % 900, 0, i % 700,
+                           num_blocks=8 if running else 0, blocks_needed=1 if running else 8 + i % 50,
+                           enqueued_s=i * 0.001, quantum_used=i % 600 if running else 0,
+                           program_id=f"p{i // 8}", prefix_hashes=(i % 7, i % 13))  # fmt: skip
+
+    running = tuple(req(i, True) for i in range(n_running))
+    waiting = tuple(req(i, False) for i in range(n_waiting))
+    return SchedulerView(100.0, waiting, running, 500, 16, 512, 3000, 8192)
+
+
+def decide_speed(sizes: tuple[int, ...] = (1_000, 10_000, 100_000)) -> dict:
+    policies = {"fcfs": FCFSPolicy(), "round_robin": RoundRobinPolicy(quantum=500), "pascal": PascalPolicy(),
+                "dynasor": DynasorPolicy(), "app_fifo": AppFIFOPolicy(), "lpm": LPMPolicy()}  # fmt: skip
+    out = {}
+    for n in sizes:
+        view = big_view(n)
+        repeats = 15 if n <= 10_000 else 5
+        out[n] = {
+            name: median_s(lambda p=p: p.decide(view), repeats=repeats) * 1e3 for name, p in policies.items()
+        }
+        print(f"decide() median ms at {n} waiting + 256 running: "
+              + ", ".join(f"{k} {v:.2f}" for k, v in out[n].items()), flush=True)  # fmt: skip
+    return out
+
+
+def _timed(reqs, config, factory, router) -> tuple[dict, float, float]:
+    wall, cpu = time.perf_counter(), time.process_time()
+    summary = summarize(simulate(reqs, config, factory, router))
+    return summary, time.perf_counter() - wall, time.process_time() - cpu
+
+
+def sim_speed(reqs, config, factory, router) -> dict:
+    """Exact vs coarse steps on ``reqs`` (``config`` is the coarse one)."""
+    exact_cfg = dataclasses.replace(config, decode_steps_per_event=1)
+    out = {}
+    for label, cfg in (("exact", exact_cfg), ("coarse", config)):
+        s, wall, cpu = _timed(reqs, cfg, factory, router)
+        out[label] = {"decode_steps_per_event": cfg.decode_steps_per_event, "wall_s": wall, "cpu_s": cpu,
+                      "requests_per_wall_minute": len(reqs) / wall * 60,
+                      "requests_per_cpu_minute": len(reqs) / cpu * 60, "p99_ttft_s": s["ttft_s"]["p99"],
+                      "slo_violation_rate": s["slo_violation_rate"],
+                      "ttfat_attainment": s["ttfat_attainment"],
+                      "throughput_tokens_s": s["throughput_tokens_s"], "steps": s["steps"]}  # fmt: skip
+        print(f"sim {label} (k={cfg.decode_steps_per_event}): {len(reqs)} requests, wall {wall:.1f} s "
+              f"({out[label]['requests_per_wall_minute']:.0f}/min), CPU {cpu:.1f} s "
+              f"({out[label]['requests_per_cpu_minute']:.0f}/min)", flush=True)  # fmt: skip
+    e, c = out["exact"], out["coarse"]
+    out["coarse_vs_exact"] = {
+        "p99_ttft_change": c["p99_ttft_s"] / e["p99_ttft_s"] - 1,
+        "slo_violation_rate_diff": c["slo_violation_rate"] - e["slo_violation_rate"],
+        "ttfat_attainment_diff": c["ttfat_attainment"] - e["ttfat_attainment"],
+        "throughput_change": c["throughput_tokens_s"] / e["throughput_tokens_s"] - 1,
+    }
+    return out
