@@ -37,6 +37,7 @@ __all__ = [
     "StopDecision",
     "StoppingRule",
     "default_rule",
+    "window_rule",
 ]
 
 SIGNALS = frozenset({"answers", "probe_text", "reasoning_text", "logprobs"})
@@ -182,5 +183,15 @@ class _AgreeSpanState:
 
 
 def default_rule() -> StoppingRule:
-    """The shipped rule (docs/certainindex.md says how it was chosen)."""
+    """The shipped rule: the learned rule of ``stop_default.py``, fitted and calibrated on
+    the development recordings by ``python -m reasonserve.replay.stop_training`` and
+    applied unchanged (docs/certainindex.md)."""
+    from reasonserve.certainindex.stop_default import DEFAULT_RULE
+    from reasonserve.certainindex.stop_learned import LogisticStopRule
+
+    return LogisticStopRule.from_json(DEFAULT_RULE)
+
+
+def window_rule() -> StoppingRule:
+    """The earlier shipped rule: the answer held for 2,432 tokens of probes, at least 2,048 in."""
     return AgreeSpanRule(2432, 2048)

@@ -1,0 +1,136 @@
+"""A learned early-exit rule: logistic regression over :mod:`.stop_features`.
+
+``score = sigmoid(bias + sum_j w_j * (x_j - mean_j) / scale_j)`` estimates the chance
+that exiting now with the current answer costs no accuracy (the exit answer is right,
+or the full run would have been wrong anyway). The rule exits at the first probe with
+an answer whose score reaches ``threshold``; the threshold is chosen with a
+Clopper-Pearson risk bound (:mod:`.conformal`). The weights are fitted by
+:func:`fit_logistic` (Newton's method with a small ridge penalty: deterministic, no
+random state) and stored as JSON (:meth:`LogisticStopRule.to_json`).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from reasonserve.certainindex.stop_features import FEATURE_NAMES, FeatureState
+from reasonserve.certainindex.stopping import ProbeObservation, StopDecision
+from reasonserve.core.errors import InvalidArgumentError
+
+__all__ = ["LogisticStopRule", "fit_logistic"]
+
+# Which signal each feature reads (a rule requires the signals of its non-zero weights).
+_SIGNAL_OF = {**{n: "answers" for n in FEATURE_NAMES[:11]},
+              **{n: "probe_text" for n in FEATURE_NAMES[11:15]},
+              **{n: "reasoning_text" for n in FEATURE_NAMES[15:19]},
+              **{n: "logprobs" for n in FEATURE_NAMES[19:]}}  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class LogisticStopRule:
+    """Exit when the learned score reaches ``threshold`` (see module docstring)."""
+
+    weights: tuple[float, ...]
+    means: tuple[float, ...]
+    scales: tuple[float, ...]
+    bias: float
+    threshold: float
+    name: str = "learned"
+
+    def __post_init__(self) -> None:
+        d = len(FEATURE_NAMES)
+        for key in ("weights", "means", "scales"):
+            values = getattr(self, key)
+            if len(values) != d or not all(isinstance(v, (int, float)) and math.isfinite(v) for v in values):
+                raise InvalidArgumentError(f"{key} must be {d} finite numbers, one per feature")
+        if any(s <= 0 for s in self.scales):
+            raise InvalidArgumentError("scales must be > 0")
+        if not math.isfinite(self.bias) or not 0 <= self.threshold <= 1.0 + 1e-12:
+            raise InvalidArgumentError(f"bias must be finite and threshold in [0, 1], got {self.threshold!r}")
+
+    @property
+    def requires(self) -> frozenset[str]:
+        used = {_SIGNAL_OF[n] for n, w in zip(FEATURE_NAMES, self.weights, strict=True) if w != 0.0}
+        return frozenset({"answers"} | used)
+
+    def score(self, features: Sequence[float]) -> float:
+        z = self.bias + sum(w * (x - m) / s for w, x, m, s in
+                            zip(self.weights, features, self.means, self.scales, strict=True))  # fmt: skip
+        return 1.0 / (1.0 + math.exp(-z)) if z > -700 else 0.0
+
+    def with_threshold(self, threshold: float, name: str | None = None) -> LogisticStopRule:
+        return LogisticStopRule(self.weights, self.means, self.scales, self.bias, threshold,
+                                name or self.name)  # fmt: skip
+
+    def start(self) -> _LogisticState:
+        return _LogisticState(self)
+
+    def to_json(self) -> dict:
+        return {"features": list(FEATURE_NAMES), "weights": list(self.weights), "means": list(self.means),
+                "scales": list(self.scales), "bias": self.bias, "threshold": self.threshold,
+                "name": self.name}  # fmt: skip
+
+    @classmethod
+    def from_json(cls, payload: dict) -> LogisticStopRule:
+        if not isinstance(payload, dict) or payload.get("features") != list(FEATURE_NAMES):
+            raise InvalidArgumentError("a learned stopping rule needs the feature names of this version")
+        try:
+            return cls(tuple(payload["weights"]), tuple(payload["means"]), tuple(payload["scales"]),
+                       float(payload["bias"]), float(payload["threshold"]),
+                       str(payload.get("name", "learned")))
+        except (KeyError, TypeError, ValueError) as exc:  # fmt: skip
+            raise InvalidArgumentError(f"malformed learned stopping rule: {exc}") from None
+
+    @classmethod
+    def load(cls, path) -> LogisticStopRule:
+        with open(path, encoding="utf-8") as fh:
+            return cls.from_json(json.load(fh))
+
+
+class _LogisticState:
+    __slots__ = ("_features", "_rule")
+
+    def __init__(self, rule: LogisticStopRule) -> None:
+        self._rule = rule
+        self._features = FeatureState()
+
+    def observe(self, obs: ProbeObservation) -> StopDecision:
+        x = self._features.update(obs)
+        answer = self._features.current_answer
+        if answer is None:
+            return StopDecision(False, None, 0.0)
+        certainty = self._rule.score(x)
+        return StopDecision(certainty >= self._rule.threshold, answer, certainty)
+
+
+def fit_logistic(
+    x: np.ndarray, y: np.ndarray, w: np.ndarray, *, l2: float = 1e-3, iterations: int = 30
+) -> LogisticStopRule:
+    """Weighted ridge logistic regression on standardized features (threshold left at 1).
+
+    ``x [N, F]`` features, ``y [N]`` labels in {0, 1}, ``w [N]`` example weights.
+    """
+    if x.ndim != 2 or x.shape[1] != len(FEATURE_NAMES) or y.shape != (len(x),) or w.shape != (len(x),):
+        raise InvalidArgumentError(f"need x [N, {len(FEATURE_NAMES)}], y [N], w [N]; got {x.shape}")
+    if len(x) == 0 or not (np.isfinite(x).all() and np.isfinite(w).all()) or w.sum() <= 0:
+        raise InvalidArgumentError("need at least one example, finite features and positive weights")
+    means = x.mean(0)
+    scales = x.std(0)
+    scales[scales < 1e-9] = 1.0
+    z = np.hstack([(x - means) / scales, np.ones((len(x), 1))])
+    wn = w / w.sum()
+    beta = np.zeros(z.shape[1])
+    for _ in range(iterations):
+        p = 1.0 / (1.0 + np.exp(-np.clip(z @ beta, -700, 700)))
+        grad = z.T @ (wn * (p - y)) + l2 * beta
+        hess = (z * (wn * p * (1 - p))[:, None]).T @ z + l2 * np.eye(len(beta))
+        beta = beta - np.linalg.solve(hess, grad)
+    constant = x.std(0) < 1e-9  # a signal never seen in training gets no weight
+    weights = tuple(0.0 if constant[j] else float(v) for j, v in enumerate(beta[:-1]))
+    return LogisticStopRule(weights, tuple(map(float, means)), tuple(map(float, scales)),
+                            float(beta[-1]), 1.0)  # fmt: skip

@@ -1,0 +1,227 @@
+"""Fit, calibrate and cross-validate learned early-exit rules on probe recordings.
+
+Every trajectory is turned into a :class:`Stream` by feeding its probes to the same
+:class:`~reasonserve.certainindex.stop_features.FeatureState` that a
+:class:`~reasonserve.certainindex.stop_learned.LogisticStopRule` runs online; the
+score of a probe is that rule's ``score``, so a threshold's first crossing here is
+the rule's first stop online (tested). A probe is labelled 1 when exiting there costs
+no accuracy (its answer is right, or the full run's is wrong). The threshold is the
+last one of the passing prefix of a Clopper-Pearson risk test
+(:func:`~reasonserve.certainindex.conformal.choose_threshold`), thresholds ordered from
+the most conservative. Folds: by model (leave one model out) and by (model, dataset).
+
+Regenerate the shipped rule (``certainindex/stop_default.py``) with::
+
+    python -m reasonserve.replay.stop_training --data ../shared/data \\
+        --out src/reasonserve/certainindex/stop_default.py
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from reasonserve.certainindex.calibration import Outcome
+from reasonserve.certainindex.conformal import ThresholdRisk, choose_threshold
+from reasonserve.certainindex.stop_features import FEATURE_NAMES, FeatureState
+from reasonserve.certainindex.stop_learned import LogisticStopRule, fit_logistic
+from reasonserve.core.errors import InvalidArgumentError
+from reasonserve.replay.probe_runs import Trajectory
+
+__all__ = ["Stream", "StreamCV", "agree_runs", "cross_validate_streams", "fit_rule", "streams", "sweep"]
+
+TOLERANCES = (0.0, 0.005, 0.01, 0.02)
+_ANSWERED = FEATURE_NAMES.index("answered")
+DELTA = 0.1  # the chosen threshold's loss exceeds the tolerance with probability <= DELTA (exchangeable data)
+
+
+@dataclass(frozen=True)
+class Stream:
+    """One trajectory's features and outcomes per probe (see module docstring)."""
+
+    trajectory: Trajectory
+    features: np.ndarray  # [P, F]
+    current: np.ndarray  # [P] class of the current answer (-1: none yet)
+    right: np.ndarray  # [P] is the current answer right?
+
+    @property
+    def group(self) -> tuple[str, str]:
+        model, dataset = [*self.trajectory.run.split("__"), "?"][:2]
+        return model, dataset
+
+
+def streams(trajs: Sequence[Trajectory]) -> list[Stream]:
+    out = []
+    for tr in trajs:
+        state = FeatureState()
+        feats, current = [], []
+        for obs in tr.observations():
+            feats.append(state.update(obs))
+            current.append(tr.class_of(state.current_answer) if state.current_answer is not None else -1)
+        cur = np.array(current, dtype=np.int64)
+        right = np.array([c >= 0 and tr.class_correct[c] for c in current], dtype=bool)
+        x = np.array(feats, dtype=np.float64).reshape(len(feats), len(FEATURE_NAMES))
+        out.append(Stream(tr, x, cur, right))
+    return out
+
+
+def _scores(rule: LogisticStopRule, s: Stream) -> np.ndarray:
+    """The rule's score per probe, -1 where there is no answer yet; running maximum."""
+    raw = np.array([rule.score(x) if c >= 0 else -1.0 for x, c in zip(s.features, s.current, strict=True)])
+    return np.maximum.accumulate(raw) if len(raw) else raw
+
+
+def agree_runs(s: Stream) -> np.ndarray:
+    """Probes the current answer has held (the "last k agree" score); running maximum."""
+    runs, run, last = [], 0, -1
+    answered = s.features[:, _ANSWERED] if len(s.features) else ()
+    for c, seen in zip(s.current, answered, strict=True):
+        if seen:  # an empty probe neither extends nor breaks the run
+            run = run + 1 if c == last else 1
+            last = c
+        runs.append(run)
+    return np.maximum.accumulate(np.array(runs, dtype=np.float64)) if runs else np.zeros(0)
+
+
+def sweep(items: Sequence[Stream], scores: Sequence[np.ndarray], thresholds: Sequence[float]):
+    """Per threshold: (ThresholdRisk, Outcome) of exiting at the first score >= threshold."""
+    out = []
+    for th in thresholds:
+        harms = gains = 0
+        correct = cost = base_correct = base_cost = 0.0
+        for s, sc in zip(items, scores, strict=True):
+            tr = s.trajectory
+            j = int(np.searchsorted(sc, th, side="left"))
+            stopped = j < len(sc)
+            right = bool(s.right[j]) if stopped else tr.final_correct
+            spent = tr.positions[j] if stopped else tr.tokens_used
+            harms += tr.final_correct and not right
+            gains += right and not tr.final_correct
+            correct, cost = correct + right, cost + spent
+            base_correct, base_cost = base_correct + tr.final_correct, base_cost + tr.tokens_used
+        out.append((ThresholdRisk(float(th), harms, gains, len(items)),
+                    Outcome(len(items), correct, cost, base_correct, base_cost)))  # fmt: skip
+    return out
+
+
+def _grid(scores: Sequence[np.ndarray], n: int = 120) -> list[float]:
+    """Candidate thresholds from the score distribution, most conservative first."""
+    values = np.concatenate([sc for sc in scores if len(sc)] or [np.zeros(1)])
+    return sorted({float(q) for q in np.quantile(values, np.linspace(0.2, 1.0, n))} | {1.01}, reverse=True)
+
+
+def _calibrated(items, scores, grid, tolerance, delta) -> float:
+    chosen = choose_threshold([risk for risk, _ in sweep(items, scores, grid)], tolerance, delta)
+    return chosen.threshold if chosen is not None else grid[0]
+
+
+def _training_rows(items: Sequence[Stream]):
+    xs, ys, ws = [], [], []
+    for s in items:
+        if len(s.features):
+            xs.append(s.features)
+            ys.append((s.right | (not s.trajectory.final_correct)).astype(np.float64))
+            ws.append(np.full(len(s.features), 1.0 / len(s.features)))
+    if not xs:
+        raise InvalidArgumentError("no probes to fit a stopping rule on")
+    return np.vstack(xs), np.concatenate(ys), np.concatenate(ws)
+
+
+def fit_rule(items: Sequence[Stream], tolerance: float, delta: float = DELTA) -> LogisticStopRule:
+    """Fit the logistic score on ``items`` and calibrate its threshold on them."""
+    rule = fit_logistic(*_training_rows(items))
+    scores = [_scores(rule, s) for s in items]
+    return rule.with_threshold(min(1.0, _calibrated(items, scores, _grid(scores), tolerance, delta)),
+                               name=f"learned (tolerance {100 * tolerance:g} pt)")  # fmt: skip
+
+
+@dataclass(frozen=True)
+class StreamCV:
+    """Held-out outcome per fold and pooled, for the learned rule and the k-agree baseline."""
+
+    folds: list[str]
+    learned: list[Outcome]
+    kagree: list[Outcome]
+    kagree_chosen: list[int]
+
+    @staticmethod
+    def _pool(outs: list[Outcome]) -> Outcome:
+        total = outs[0]
+        for o in outs[1:]:
+            total = total + o
+        return total
+
+    @property
+    def pooled_learned(self) -> Outcome:
+        return self._pool(self.learned)
+
+    @property
+    def pooled_kagree(self) -> Outcome:
+        return self._pool(self.kagree)
+
+
+def cross_validate_streams(
+    items: Sequence[Stream], key: Callable[[Stream], str], tolerance: float, delta: float = DELTA
+) -> StreamCV:
+    """Leave one group out (``key``: e.g. the model): fit and calibrate elsewhere, score here."""
+    groups: dict[str, list[Stream]] = defaultdict(list)
+    for s in items:
+        groups[key(s)].append(s)
+    if len(groups) < 2:
+        raise InvalidArgumentError(f"need at least 2 groups to cross-validate, got {sorted(groups)}")
+    names, learned, kagree, ks = sorted(groups), [], [], []
+    ks_grid = [float(k) for k in range(200, 0, -1)]
+    runs = {id(s): agree_runs(s) for s in items}
+    for name in names:
+        train = [s for g in names if g != name for s in groups[g]]
+        test = groups[name]
+        rule = fit_rule(train, tolerance, delta)
+        learned.append(sweep(test, [_scores(rule, s) for s in test], [rule.threshold])[0][1])
+        k = _calibrated(train, [runs[id(s)] for s in train], ks_grid, tolerance, delta)
+        ks.append(int(k))
+        kagree.append(sweep(test, [runs[id(s)] for s in test], [k])[0][1])
+    return StreamCV(names, learned, kagree, ks)
+
+
+def write_default(rule: LogisticStopRule, path: str, source: str) -> None:
+    """Write ``rule`` as the Python constant module ``certainindex/stop_default.py``."""
+    import pprint
+
+    body = pprint.pformat(rule.to_json(), width=100, compact=True, sort_dicts=False)
+    text = (f'"""The shipped learned stopping rule (generated; do not edit).\n\n{source}\n"""\n\n'
+            f'__all__ = ["DEFAULT_RULE"]\n\nDEFAULT_RULE = {body}\n')  # fmt: skip
+    with open(path, "w", encoding="utf-8") as fh:
+        fh.write(text)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    import argparse
+    import glob
+    import pathlib
+
+    from reasonserve.replay.probe_runs import load_run
+
+    parser = argparse.ArgumentParser(description="fit the shipped learned stopping rule on probe recordings")
+    parser.add_argument("--data", default="../shared/data")
+    parser.add_argument("--tolerance", type=float, default=0.005)
+    parser.add_argument("--delta", type=float, default=DELTA)
+    parser.add_argument("--out", required=True)
+    args = parser.parse_args(argv)
+    pattern = str(pathlib.Path(args.data) / "probes" / "*")
+    folders = sorted(p for p in glob.glob(pattern) if pathlib.Path(p).is_dir())
+    items = streams([t for f in folders for t in load_run(f)])
+    rule = fit_rule(items, args.tolerance, args.delta)
+    rule = rule.with_threshold(rule.threshold, f"learned (shipped, tolerance {100 * args.tolerance:g} pt)")
+    source = (f"Fitted by `python -m reasonserve.replay.stop_training --data ../shared/data "
+              f"--tolerance {args.tolerance}\n--delta {args.delta} --out ...` on {len(items)} trajectories "
+              f"from {len(folders)} probe runs.")  # fmt: skip
+    write_default(rule, args.out, source)
+    print(f"{rule.name}: threshold {rule.threshold:.6f}; written to {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
