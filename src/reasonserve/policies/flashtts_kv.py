@@ -9,11 +9,13 @@ For ``N`` beams, verifier sequences of ``S`` tokens and a decode horizon of ``S_
 ``T_pre`` and ``T_dec`` are the simulator's roofline step times
 (:meth:`reasonserve.sim.cost_model.RooflineCostModel.step_s`), one cost model per model.
 The search is the paper's linear search over ``B_pre`` with ``B_dec`` on the memory
-boundary, ties to the larger ``B_dec``. Two exact shortcuts keep it fast: only the smallest
+boundary, ties to the larger ``B_dec``. Three exact shortcuts keep it fast: only the smallest
 batch with a given number of waves ``ceil(N / B)`` can be optimal (time per wave grows
 with the batch), so only ``B = ceil(N / q)`` are evaluated; and a decode budget of ``B_dec``
 sequences runs the best such batch that fits in it, so more memory is never slower (which
-makes the paper's boundary argument hold even where ``ceil`` breaks monotonicity).
+makes the paper's boundary argument hold even where ``ceil`` breaks monotonicity); and a
+batch's step time is read off the cost model once per stage (compute and memory terms are
+linear in the batch size).
 
 Offloading: each model gets all of ``M`` while it runs and the other's KV waits in host
 memory; each generation/verification switch moves both models' KV out and back in over
@@ -23,8 +25,9 @@ plan wins.
 
 from __future__ import annotations
 
+import bisect
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from reasonserve.core.errors import InvalidArgumentError
 from reasonserve.sim.cost_model import RooflineCostModel
@@ -52,23 +55,39 @@ def _check_int(name: str, value: object, low: int) -> None:
         raise InvalidArgumentError(f"{name} must be an int >= {low}, got {value!r}")
 
 
+def _roofline_terms(cost: RooflineCostModel, chunk: tuple[int, int]) -> tuple[float, float, float]:
+    """(compute s per sequence, memory s fixed, memory s per sequence) of a batch of equal
+    ``chunk``s, read off ``cost.step_s`` with one roof removed at a time (both terms are
+    linear in the batch), so a batch of any size costs O(1)."""
+    hw, o = cost.hardware, cost.step_overhead_s
+    no_memory = replace(cost, hardware=replace(hw, memory_bandwidth_bytes_s=math.inf))
+    no_compute = replace(cost, hardware=replace(hw, peak_flops=math.inf))
+    per_seq = no_memory.step_s([chunk]) - o
+    one, two = no_compute.step_s([chunk]) - o, no_compute.step_s([chunk, chunk]) - o
+    return per_seq, one - (two - one), two - one
+
+
 class _Stage:
     """Time of ``ceil(N / B)`` waves of one stage, over the batches worth trying."""
 
     def __init__(self, cost: RooflineCostModel, n: int, chunk: tuple[int, int], repeats: int) -> None:
         self.n = n
-        self.batches = sorted({-(-n // q) for q in range(1, n + 1)})  # ceil(N / q), ascending
-        self.time = {b: -(-n // b) * repeats * cost.step_s([chunk] * b) for b in self.batches}
+        root = math.isqrt(n)  # every ceil(N / q), plus small batches that are merely dominated
+        self.batches = sorted({-(-n // q) for q in range(1, root + 1)} | set(range(1, min(n, root + 1) + 1)))
+        c, m0, m1 = _roofline_terms(cost, chunk)
+        o = cost.step_overhead_s
+        self.time = {b: -(-n // b) * repeats * (max(b * c, m0 + b * m1) + o) for b in self.batches}
+        self.best: list[tuple[int, float]] = []  # fastest batch <= batches[i] (ties: larger)
+        for b in self.batches:
+            if not self.best or self.time[b] <= self.best[-1][1]:
+                self.best.append((b, self.time[b]))
+            else:
+                self.best.append(self.best[-1])
 
     def best_within(self, cap: int) -> tuple[int, float]:
         """The fastest batch <= ``cap`` (ties: the larger batch), or (0, inf)."""
-        best = (0, math.inf)
-        for b in self.batches:
-            if b > cap:
-                break
-            if self.time[b] <= best[1]:
-                best = (b, self.time[b])
-        return best
+        i = bisect.bisect_right(self.batches, cap)
+        return self.best[i - 1] if i else (0, math.inf)
 
 
 @dataclass(frozen=True, slots=True)
