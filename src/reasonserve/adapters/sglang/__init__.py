@@ -1,0 +1,26 @@
+"""reasonserve inside SGLang (extra ``sglang``; SGLang itself is installed by the user, see
+``docs/use_sglang.md``): seeded sampling as a ``CustomLogitProcessor``
+(:mod:`.logits`) and a ``sglang.srt.plugins`` entry point that hooks SGLang's schedule
+policy to put reasoning requests before answering ones (:mod:`.plugin`).
+
+Importing this package does not import SGLang; each name imports its module (and
+SGLang) when first used.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+__all__ = ["PhaseAwareHook", "SeededSamplingProcessor", "register"]
+
+_HOME = {
+    "SeededSamplingProcessor": "logits",
+    "PhaseAwareHook": "plugin",
+    "register": "plugin",
+}
+
+
+def __getattr__(name: str):
+    if name not in _HOME:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{_HOME[name]}"), name)
