@@ -19,6 +19,10 @@ The server (tiny random checkpoint, block size 16) runs in a subprocess. Two mea
    chunks in the prefix cache). Overhead per chunk = (program - loop) / chunks, CPU and
    wall-clock, p50 / p99 over runs.
 
+3. **Against prefix length**, without a server: the client's CPU per request (request
+   validation, payload, JSON, reply parsing with the echoed prompt ids) against bare
+   ``json`` on the same bodies, for 128 to 16,384-token prefixes.
+
 Probe cost: ``probe prompt tokens computed`` = prefix + suffix - tokens the server
 reports from its prefix cache (``usage.prompt_tokens_details.cached_tokens``, filled
 from the engine's per-request ``num_cached_tokens``), per probe, beside the bound
@@ -155,6 +159,37 @@ async def per_chunk(url: str, repeats: int, chunks: int, chunk_tokens: int, rng:
     }
 
 
+def per_prefix_length(lengths: tuple[int, ...] = (128, 2048, 8192, 16384), repeats: int = 41) -> dict:
+    """Client CPU per request against prefix length, without a server: GenerateRequest +
+    payload + JSON encoding + reply parsing (the reply echoes the prompt's ids, as vLLM's
+    and reasonserve's do with ``return_token_ids``) vs bare ``json`` on the same bodies."""
+    shim, out = OpenAIShim(), {}
+    for n in lengths:
+        ids = [(i * 7919) % 50_000 for i in range(n)]
+        choice = {"text": "x" * 64, "token_ids": list(range(16)), "prompt_token_ids": ids}
+        choice["finish_reason"] = "length"
+        reply = json.dumps({"choices": [choice], "usage": {"prompt_tokens": n}})
+
+        def lib() -> None:
+            _, body = shim.payload(GenerateRequest(ids, max_tokens=16, seed=1), stream=False)
+            json.dumps(body)
+            shim.parse_result(json.loads(reply), "r")
+
+        def bare() -> None:
+            json.dumps({"prompt": ids, "max_tokens": 16, "seed": 1, "return_token_ids": True})
+            json.loads(reply)
+
+        times: dict[str, list[float]] = {"lib": [], "bare": []}
+        for _ in range(repeats):
+            for key, fn in (("lib", lib), ("bare", bare)):
+                start = time.process_time()
+                fn()
+                times[key].append(time.process_time() - start)
+        lib_ms, bare_ms = (statistics.median(times[k]) * 1e3 for k in ("lib", "bare"))
+        out[str(n)] = {"client_ms": lib_ms, "bare_json_ms": bare_ms, "overhead_ms": lib_ms - bare_ms}
+    return {"cpu_per_request_by_prefix_tokens": out}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--repeats", type=int, default=15)
@@ -165,7 +200,8 @@ def main() -> None:
     proc, url = _start_server(path, 8, 1)
     try:
         rng = random.Random(0)
-        result = asyncio.run(per_request(url, args.repeats, rng))
+        result = per_prefix_length()
+        result.update(asyncio.run(per_request(url, args.repeats, rng)))
         result.update(asyncio.run(per_chunk(url, args.repeats, args.chunks, args.chunk_tokens, rng)))
     finally:
         proc.terminate()

@@ -43,7 +43,7 @@ def opt_int(body: dict, key: str, what: str) -> int | None:
 def ids_or_none(value, what: str) -> tuple[int, ...] | None:
     if value is None:
         return None
-    if not isinstance(value, list) or any(isinstance(t, bool) or not isinstance(t, int) for t in value):
+    if not isinstance(value, list) or not set(map(type, value)) <= {int}:  # bools are not ids
         raise MalformedResponseError(f"{what}: token ids must be a list of ints")
     return tuple(value)
 

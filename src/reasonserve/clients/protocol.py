@@ -51,8 +51,9 @@ def _check_prompt(prompt) -> str | tuple[int, ...]:
     ids = tuple(prompt)
     if not ids:
         raise InvalidArgumentError("prompt must be a non-empty str or a non-empty list of token ids")
-    for t in ids:
-        _int_in("prompt token ids", t, 0, _INT31)
+    if not set(map(type, ids)) <= {int} or min(ids) < 0 or max(ids) > _INT31:  # C-level passes
+        bad = next(t for t in ids if type(t) is not int or not 0 <= t <= _INT31)
+        raise InvalidArgumentError(f"prompt token ids must be ints in [0, {_INT31}], got {bad!r}")
     return ids
 
 
