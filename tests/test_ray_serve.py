@@ -215,3 +215,17 @@ def test_killed_replicas_resume_or_fail_cleanly_and_are_never_chosen_again(clust
         assert out.replicas[0] not in victims
         ranking = cluster["log"].of(f"after-{i}", "place")[-1][0].ranking
         assert not victims & set(ranking)
+
+
+def test_the_serve_run_builder_rejects_bad_arguments_by_name():
+    from reasonserve.adapters.ray_serve.app import from_args
+    from reasonserve.core.errors import InvalidArgumentError
+
+    with pytest.raises(InvalidArgumentError, match="replicas must be an integer"):
+        from_args({"model": "m", "replicas": "two"})
+    with pytest.raises(InvalidArgumentError, match="model required"):
+        from_args({"replicas": "2"})
+    with pytest.raises(InvalidArgumentError, match="unknown \\['gpus'\\]"):
+        from_args({"model": "m", "gpus": "8"})
+    with pytest.raises(InvalidArgumentError, match="router"):
+        from_args({"model": "m", "router": "random"})

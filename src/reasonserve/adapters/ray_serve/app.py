@@ -11,8 +11,10 @@ from reasonserve.adapters.ray_serve.config import RayServeConfig
 from reasonserve.adapters.ray_serve.ingress import OpenAIIngress
 from reasonserve.adapters.ray_serve.replica import EngineReplica
 from reasonserve.adapters.ray_serve.request_router import PascalRequestRouter
+from reasonserve.core.errors import InvalidArgumentError
+from reasonserve.engine import EngineConfig
 
-__all__ = ["build_app", "replica_deployment", "router_config"]
+__all__ = ["build_app", "from_args", "replica_deployment", "router_config"]
 
 
 def router_config(config: RayServeConfig) -> RequestRouterConfig:
@@ -35,7 +37,7 @@ def router_config(config: RayServeConfig) -> RequestRouterConfig:
     )
 
 
-def replica_deployment(config: RayServeConfig):
+def replica_deployment(config: RayServeConfig, engine_kwargs: dict | None = None):
     """The :class:`EngineReplica` deployment bound to ``config`` (an Application)."""
     deployment = serve.deployment(
         EngineReplica,
@@ -48,10 +50,37 @@ def replica_deployment(config: RayServeConfig):
         health_check_timeout_s=10.0,
         graceful_shutdown_timeout_s=5.0,
     )
-    return deployment.bind(config)
+    return deployment.bind(config, engine_kwargs)
 
 
 def build_app(config: RayServeConfig):
     """The whole app: ingress -> replicas. ``serve.run(build_app(cfg))`` starts it."""
     ingress = serve.deployment(OpenAIIngress, name="OpenAIIngress", ray_actor_options={"num_cpus": 0})
     return ingress.bind(replica_deployment(config), config)
+
+
+_ARGS = ("model", "replicas", "router", "end_of_thinking_token_id", "block_size", "num_blocks")
+
+
+def from_args(args: dict[str, str]):
+    """Application builder for ``serve run`` / a Serve config file:
+    ``serve run reasonserve.adapters.ray_serve.app:from_args model=DIR replicas=3
+    router=pascal end_of_thinking_token_id=ID`` (only ``model`` is required)."""
+    unknown = sorted(set(args) - set(_ARGS))
+    if unknown or "model" not in args:
+        raise InvalidArgumentError(f"from_args takes {_ARGS} (model required), got unknown {unknown}")
+    eot = _int(args, "end_of_thinking_token_id", None)
+    engine = EngineConfig(block_size=_int(args, "block_size", 16), num_blocks=_int(args, "num_blocks", 512),
+                          end_of_thinking_token_id=eot)  # fmt: skip
+    config = RayServeConfig(model=args["model"], num_replicas=_int(args, "replicas", 2), engine=engine,
+                            router=args.get("router", "pascal"))  # fmt: skip
+    return build_app(config)
+
+
+def _int(args: dict[str, str], key: str, default: int | None) -> int | None:
+    if key not in args:
+        return default
+    try:
+        return int(args[key])
+    except (TypeError, ValueError):
+        raise InvalidArgumentError(f"{key} must be an integer, got {args[key]!r}") from None

@@ -59,6 +59,7 @@ class Outcome:
     failed_migrations: int = 0
     resumes: int = 0
     eot_index: int | None = None
+    handoff_s: list[float] = field(default_factory=list)  # per migration: asked -> target accepted
 
     def take(self, event: dict) -> list[int]:
         if not self.replicas or self.replicas[-1] != event["replica"]:
@@ -118,6 +119,7 @@ class PhaseAwareClient:
     async def _transition(self, job: Job, out: Outcome):
         """The answering phase's stream if it moved, else None (it stays, or moving failed)."""
         moved = job.moved(out.token_ids, out.replicas[-1], "answer")
+        asked_s = time.monotonic()
         candidate = self._call("continue_answering", moved)
         try:
             first = await candidate.__anext__()
@@ -134,6 +136,7 @@ class PhaseAwareClient:
             )
             return None
         out.migrations += 1
+        out.handoff_s.append(time.monotonic() - asked_s)
         out.take(first)
         return candidate
 

@@ -43,9 +43,11 @@ class MigratableEngine(Engine):
 
 
 class EngineReplica:
-    def __init__(self, config: RayServeConfig) -> None:
+    def __init__(self, config: RayServeConfig, engine_kwargs: dict | None = None) -> None:
+        """``engine_kwargs``: passed to :meth:`Engine.from_pretrained` (e.g. a ``policy``
+        object; benchmarks pass ``fast_path_fault`` to script phase lengths)."""
         torch.set_num_threads(config.torch_threads_per_replica)
-        self.engine = MigratableEngine.from_pretrained(config.model, config.engine)
+        self.engine = MigratableEngine.from_pretrained(config.model, config.engine, **(engine_kwargs or {}))
         self.runner = EngineRunner(self.engine, max_queued_requests=config.max_ongoing_requests)
         self.replica_id = serve.get_replica_context().replica_id.unique_id
         self.pacer, self.quantum_tokens = TokenPacer(config.tpot_s), config.quantum_tokens
