@@ -136,11 +136,11 @@ def test_online_decisions_equal_the_offline_sweep_on_synthetic_streams():
 def test_cross_validation_by_model_scores_held_out_models():
     rng = random.Random(2)
     items = stop_training.streams([_trajectory(rng, p) for p in range(80)])
-    cv = stop_training.cross_validate_streams(items, lambda s: s.group[0], tolerance=0.05)
+    cv = stop_training.cross_validate_streams(items, lambda s: s.group[0], tolerances=[0.05])[0.05]
     assert cv.folds == ["m0", "m1"] and cv.pooled_learned.n == 80 and cv.pooled_kagree.n == 80
     assert all(1 <= k <= 200 for k in cv.kagree_chosen)
     with pytest.raises(InvalidArgumentError, match="2 groups"):
-        stop_training.cross_validate_streams(items, lambda s: "one", tolerance=0.05)
+        stop_training.cross_validate_streams(items, lambda s: "one")
 
 
 @pytest.mark.skipif(not DATA.is_dir(), reason="recorded probe runs not present (../shared/data/probes)")

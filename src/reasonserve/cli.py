@@ -64,6 +64,9 @@ def _replay_parsers(sub) -> None:
     probes.add_argument("--grader", choices=["fast", "reference"], default="fast",
                         help="grade answers with our equivalence (fast) or with Math-Verify in a worker "
                              "process (reference; needs the [grading] extra)")  # fmt: skip
+    probes.add_argument("--no-stopping", dest="stopping", action="store_false",
+                        help="leave out the early-exit section (certainindex.stopping: the shipped learned "
+                             "rule, leave-one-model-out learned and k-agree rules, PNG-stopping.png)")
     sc = kinds.add_parser("sc", help="self-consistency samples")
     sc.add_argument("--samples", help="JSONL file (default: DATA/sc_samples/qwen25math_*.jsonl)")
     cot = kinds.add_parser("cot", help="text-only probing of reasoning traces")
@@ -114,7 +117,8 @@ def _replay(args, out) -> int:
         if args.kind == "probes":
             folders = probes.run_folders(getattr(args, "run", None), args.runs, data)
             with _grader(getattr(args, "grader", "fast")) as grade:
-                report = probes.replay_probes(folders, tolerance=tol, setting=args.setting, grade=grade)
+                report = probes.replay_probes(folders, tolerance=tol, setting=args.setting, grade=grade,
+                                              stopping=args.stopping)  # fmt: skip
         else:
             cot_rule = probes.headline_rule(args.setting, cot.DEV_SETTING)
             path = args.traces or str(data / "reasoning_traces" / "qwen3-8b_fulltext_dev_split.jsonl.gz")

@@ -49,3 +49,36 @@ def plot(path: str | pathlib.Path, title: str, curve: Sequence[tuple[str, Outcom
     fig.savefig(path, dpi=100)
     plt.close(fig)
     return True
+
+
+def plot_savings(path: str | pathlib.Path, title: str, curves: dict[str, Sequence[tuple[str, Outcome]]],
+                 marks: Sequence[tuple[str, Outcome]]) -> bool:  # fmt: skip
+    """Accuracy change (points) vs savings: one line per curve, ``marks`` as labelled points."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return False
+    fig, ax = plt.subplots(figsize=(8, 5))
+    for name, points in curves.items():
+        xs, ys = [100 * o.savings for _, o in points], [-100 * o.accuracy_loss for _, o in points]
+        ax.plot(xs, ys, ".-", label=name)
+    for name, o in marks:
+        ax.scatter([100 * o.savings], [-100 * o.accuracy_loss], zorder=3, s=14)
+        ax.annotate(name, (100 * o.savings, -100 * o.accuracy_loss), fontsize=6, xytext=(3, 3),
+                    textcoords="offset points")  # fmt: skip
+    ax.axhline(-0.5, color="grey", lw=0.8, ls="--")
+    ax.axvline(30, color="grey", lw=0.8, ls="--")
+    ax.set_xlabel("reasoning-token savings (%)")
+    ax.set_ylabel("accuracy change (points)")
+    ax.set_ylim(-6, 1)
+    ax.set_xlim(0, 60)
+    ax.set_title(title)
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return True

@@ -184,14 +184,20 @@ def _runs(counted: list[int]) -> tuple[tuple[int, ...], tuple[int, ...]]:
 
 
 def load_run(
-    folder: str | pathlib.Path, *, gate: ProbeConsistency | None = None, grade: Grade = equivalent
+    folder: str | pathlib.Path,
+    *,
+    gate: ProbeConsistency | None = None,
+    grade: Grade = equivalent,
+    skipped: dict[str, int] | None = None,
 ) -> list[Trajectory]:
     """All trajectories of one run folder, graded with ``grade(answer, target)``.
 
     ``grade`` is :func:`equivalent` by default; offline, a
     :class:`~reasonserve.certainindex.grading.ReferenceGrader` grades with Math-Verify.
 
-    Probes after ``tokens_used`` are dropped (they cannot be reached). A trajectory
+    Probes after ``tokens_used`` are dropped (they cannot be reached), and so are probe
+    rows of no labelled trajectory; both are counted in ``skipped`` (when given) under
+    ``"probes after tokens_used"`` and ``"probe rows without a label"``. A trajectory
     without probes is kept: every rule runs it to the end.
     """
     root = pathlib.Path(folder)
@@ -201,12 +207,18 @@ def load_run(
     gate = gate or ProbeConsistency()
     interval = _recorded_interval(root / "meta.json")
     probes = _read_probes(root / "probes.csv.gz")
-    out = []
+    out, seen, late = [], set(), 0
     for line_no, raw in read_jsonl(root / "labels.jsonl"):
         label = _checked_label(raw, f"{root / 'labels.jsonl'}:{line_no}")
         key = (str(label["dataset"]), str(label["problem_id"]), str(label["rollout_id"]))
+        seen.add(key)
         rows = [r for r in probes.get(key, []) if r["token_position"] <= label["tokens_used"]]
+        late += len(probes.get(key, [])) - len(rows)
         out.append(_trajectory(root.name, label, rows, gate, interval, grade))
+    if skipped is not None:
+        skipped["probes after tokens_used"] = skipped.get("probes after tokens_used", 0) + late
+        orphans = sum(len(rows) for key, rows in probes.items() if key not in seen)
+        skipped["probe rows without a label"] = skipped.get("probe rows without a label", 0) + orphans
     return out
 
 

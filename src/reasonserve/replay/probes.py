@@ -102,12 +102,28 @@ def headline_rule(setting: str, dev: TokenWindowRule) -> TokenWindowRule | None:
 
 
 def replay_probes(
-    folders: Sequence[pathlib.Path], *, tolerance: float = 0.005, setting: str = "dev", grade=equivalent
+    folders: Sequence[pathlib.Path],
+    *,
+    tolerance: float = 0.005,
+    setting: str = "dev",
+    grade=equivalent,
+    stopping: bool = False,
 ) -> dict:
-    """Replay probe-run folders (see module docstring), grading answers with ``grade``."""
+    """Replay probe-run folders (see module docstring), grading answers with ``grade``.
+
+    ``stopping``: add the early-exit section (:mod:`reasonserve.replay.stop_report`)
+    under ``"stopping"``. Rows that were read but not replayed are counted in ``"skipped"``.
+    """
     rule = headline_rule(setting, DEV_SETTING)  # a bad setting fails before the runs are read
-    trajs = [t for f in folders for t in load_run(f, grade=grade)]
-    return replay_trajectories(trajs, runs=[f.name for f in folders], tolerance=tolerance, headline=rule)
+    skipped: dict[str, int] = {}
+    trajs = [t for f in folders for t in load_run(f, grade=grade, skipped=skipped)]
+    report = replay_trajectories(trajs, runs=[f.name for f in folders], tolerance=tolerance, headline=rule)
+    report["skipped"] = skipped
+    if stopping:
+        from reasonserve.replay.stop_report import stopping_report
+
+        report["stopping"] = stopping_report(trajs)
+    return report
 
 
 def replay_trajectories(
@@ -179,6 +195,14 @@ def print_and_save(report: dict, *, json_path: str | None, png_path: str | None,
     out.write("baseline tokens by outcome: " + "; ".join(
         f"{k}: {v['trajectories']} traj, {100 * v['token_share']:.1f}% of tokens"
         for k, v in report["token_breakdown"].items()) + "\n")  # fmt: skip
+    if "skipped" in report:
+        counts = ", ".join(f"{n} {k}" for k, n in report["skipped"].items())
+        out.write(f"rows read but not replayed: {counts or 'none'}\n")
+    if "stopping" in report:
+        from reasonserve.replay.stop_report import print_stopping
+
+        stop_png = str(pathlib.Path(png_path).with_suffix("")) + "-stopping.png" if png_path else None
+        print_stopping(report["stopping"], out, stop_png)
     if json_path:
         _report.write_json(json_path, report)
     if png_path:

@@ -31,7 +31,16 @@ from reasonserve.certainindex.stop_learned import LogisticStopRule, fit_logistic
 from reasonserve.core.errors import InvalidArgumentError
 from reasonserve.replay.probe_runs import Trajectory
 
-__all__ = ["Stream", "StreamCV", "agree_runs", "cross_validate_streams", "fit_rule", "streams", "sweep"]
+__all__ = [
+    "Stream",
+    "StreamCV",
+    "agree_runs",
+    "cross_validate_streams",
+    "fit_rule",
+    "held_out_scores",
+    "streams",
+    "sweep",
+]
 
 TOLERANCES = (0.0, 0.005, 0.01, 0.02)
 _ANSWERED = FEATURE_NAMES.index("answered")
@@ -164,27 +173,53 @@ class StreamCV:
 
 
 def cross_validate_streams(
-    items: Sequence[Stream], key: Callable[[Stream], str], tolerance: float, delta: float = DELTA
-) -> StreamCV:
-    """Leave one group out (``key``: e.g. the model): fit and calibrate elsewhere, score here."""
+    items: Sequence[Stream],
+    key: Callable[[Stream], str],
+    tolerances: Sequence[float] = TOLERANCES,
+    delta: float = DELTA,
+) -> dict[float, StreamCV]:
+    """Leave one group out (``key``: e.g. the model): fit and calibrate elsewhere, score here.
+
+    The logistic score is fitted once per fold; its threshold, and ``k`` of the k-agree
+    baseline, are chosen per tolerance by the same risk test on the other groups.
+    """
     groups: dict[str, list[Stream]] = defaultdict(list)
     for s in items:
         groups[key(s)].append(s)
     if len(groups) < 2:
         raise InvalidArgumentError(f"need at least 2 groups to cross-validate, got {sorted(groups)}")
-    names, learned, kagree, ks = sorted(groups), [], [], []
+    names = sorted(groups)
+    out = {tol: StreamCV(names, [], [], []) for tol in tolerances}
     ks_grid = [float(k) for k in range(200, 0, -1)]
     runs = {id(s): agree_runs(s) for s in items}
     for name in names:
         train = [s for g in names if g != name for s in groups[g]]
         test = groups[name]
-        rule = fit_rule(train, tolerance, delta)
-        learned.append(sweep(test, [_scores(rule, s) for s in test], [rule.threshold])[0][1])
-        k = _calibrated(train, [runs[id(s)] for s in train], ks_grid, tolerance, delta)
-        ks.append(int(k))
-        kagree.append(sweep(test, [runs[id(s)] for s in test], [k])[0][1])
-    return StreamCV(names, learned, kagree, ks)
+        rule = fit_logistic(*_training_rows(train))
+        train_scores = [_scores(rule, s) for s in train]
+        test_scores = [_scores(rule, s) for s in test]
+        grid = _grid(train_scores)
+        for tol, cv in out.items():
+            th = min(1.0, _calibrated(train, train_scores, grid, tol, delta))
+            cv.learned.append(sweep(test, test_scores, [th])[0][1])
+            k = _calibrated(train, [runs[id(s)] for s in train], ks_grid, tol, delta)
+            cv.kagree_chosen.append(int(k))
+            cv.kagree.append(sweep(test, [runs[id(s)] for s in test], [k])[0][1])
+    return out
 
+
+def held_out_scores(items: Sequence[Stream], key: Callable[[Stream], str]) -> list[np.ndarray]:
+    """Per stream, the scores of a logistic rule fitted on the other groups (for curves)."""
+    groups: dict[str, list[int]] = defaultdict(list)
+    for i, s in enumerate(items):
+        groups[key(s)].append(i)
+    scores: list[np.ndarray] = [np.zeros(0)] * len(items)
+    for name, idx in groups.items():
+        train = [items[i] for g, ids in groups.items() if g != name for i in ids]
+        rule = fit_logistic(*_training_rows(train))
+        for i in idx:
+            scores[i] = _scores(rule, items[i])
+    return scores
 
 def write_default(rule: LogisticStopRule, path: str, source: str) -> None:
     """Write ``rule`` as the Python constant module ``certainindex/stop_default.py``."""
