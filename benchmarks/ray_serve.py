@@ -8,7 +8,8 @@ emits the end-of-thinking token at the trace's reasoning length (through the eng
 token-override seam, on a request id that carries the position) and never elsewhere.
 Every replica runs the PASCAL intra-instance policy (quantum and demotion divided by
 the same scale); only the router differs: ``pascal`` (Algorithm 1 + Algorithm 2 with
-adaptive migration) or ``pow2`` (Ray Serve's default; the answering phase stays).
+adaptive migration), ``pascal-nomigrate`` (Algorithm 1 only, PASCAL's NoMigration
+ablation) or ``pow2`` (Ray Serve's default; the answering phase stays).
 
 The simulator gets the same requests, 3 instances with the replicas' KV capacity and a
 step-time profile fitted from this machine's engine (``reasonserve.sim.profile``); its
@@ -24,6 +25,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import pathlib
 import random
 import sys
@@ -82,7 +84,7 @@ class Run:
 async def _drive(handle, router: str, requests, seed: int) -> tuple[list, float]:
     from reasonserve.adapters.ray_serve import Job, PhaseAwareClient
 
-    client = PhaseAwareClient(handle, EOT, migrate=router == "pascal")
+    client = PhaseAwareClient(handle, EOT, migrate=router == "pascal")  # pascal-nomigrate never asks
     rng = random.Random(seed)  # the same prompts and seeds for every router
     jobs = []
     for req in requests:
@@ -117,14 +119,15 @@ def run_real(router: str, path: pathlib.Path, requests, args) -> Run:
 
     engine = EngineConfig(block_size=BLOCK, num_blocks=NUM_BLOCKS, max_num_seqs=MAX_SEQS,
                           end_of_thinking_token_id=EOT)  # fmt: skip
-    cfg = RayServeConfig(model=str(path), num_replicas=3, engine=engine, router=router,
+    cfg = RayServeConfig(model=str(path), num_replicas=3, engine=engine, router=router.split("-")[0],
                          stats_period_s=0.2, stats_max_age_s=1.0, num_cpus_per_replica=0.5,
                          quantum_tokens=500 // args.scale)  # fmt: skip
     kwargs = {"policy": _policy(args.scale), "fast_path_fault": ScriptedPhases()}
-    handle = serve.run(replica_deployment(cfg, kwargs), name=f"bench_{router}", route_prefix=None)
+    name = f"bench_{router.replace('-', '_')}"
+    handle = serve.run(replica_deployment(cfg, kwargs), name=name, route_prefix=None)
     time.sleep(1.0)  # a first round of routing stats
     done, makespan = asyncio.run(_drive(handle, router, requests, args.seed))
-    serve.delete(f"bench_{router}")
+    serve.delete(name)
     pacer = TokenPacer(TPOT_S)
     rows = [_row(req, arrival, out, pacer) for req, arrival, out in done]
     handoffs = [h for _, _, out in done for h in out.handoff_s]
@@ -181,7 +184,8 @@ def profile(path: pathlib.Path, table: LengthTable, seed: int):
 def run_sim(router: str, requests, table, seed: int, scale: int) -> dict:
     cfg = SimConfig(num_instances=3, block_size=BLOCK, max_num_seqs=MAX_SEQS, max_num_batched_tokens=512,
                     kv_capacity_tokens=NUM_BLOCKS * BLOCK, preemption="recompute", profile=table)  # fmt: skip
-    chosen = PascalRouter() if router == "pascal" else _SimPow2(seed)
+    routers = {"pascal": PascalRouter(), "pascal-nomigrate": PascalRouter(migrate=False)}
+    chosen = routers.get(router, _SimPow2(seed))
     result = simulate(requests, cfg, lambda: _policy(scale), chosen)
     s = summarize(result)
     ttft = {f"ttft_{k}_s": s["ttft_s"][k] for k in ("p50", "p90", "p99", "max")}
@@ -213,9 +217,10 @@ def main() -> int:
     results = {"machine": machine("cpu"), "workload": table.source, "requests": n, "rate_per_s": args.rate,
                "seed": args.seed, "scale": args.scale,
                "profile_coefficients": prof.coefficients, "real": {}, "sim": {}}  # fmt: skip
+    os.environ.setdefault("RAY_raylet_start_wait_time_s", "120")  # a loaded machine registers slowly
     ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False)
     try:
-        for router in ("pow2", "pascal"):
+        for router in ("pow2", "pascal", "pascal-nomigrate"):
             t0 = time.monotonic()
             run = run_real(router, path, requests, args)
             handoff = percentile(run.handoff_s, 50) if run.handoff_s else None

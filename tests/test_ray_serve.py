@@ -71,6 +71,9 @@ def cluster(tmp_path_factory):
     think = SamplingParams(max_tokens=MAX_TOKENS, temperature=0.0, seed=3, deterministic=True, ignore_eos=True)
     eot = _first_new(_reference(path, (1, 2, 3, 4, 5), think), 80)  # reasoning lasts several stats periods
     port = _free_port()
+    # A loaded 2-core machine can take longer than Ray's default to register the raylet.
+    monkeypatch_env = pytest.MonkeyPatch()
+    monkeypatch_env.setenv("RAY_raylet_start_wait_time_s", "120")
     ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False)
     serve.start(http_options={"host": "127.0.0.1", "port": port})
     engine = EngineConfig(block_size=BLOCK, num_blocks=256, end_of_thinking_token_id=eot)
@@ -90,6 +93,7 @@ def cluster(tmp_path_factory):
         log.removeHandler(handler)
         serve.shutdown()
         ray.shutdown()
+        monkeypatch_env.undo()
 
 
 def test_placement_follows_the_pure_policy_on_the_stats_it_saw(cluster):
