@@ -6,7 +6,8 @@ Settings, fixed here before any comparison ran (from the paper §6.1 and the dat
 
 * GPU: RTX 4090 24 GB (the sim's datasheet preset); the paper's three generator+verifier
   pairs with its memory fractions: 1.5B+1.5B at 40%, 1.5B+7B and 7B+1.5B at 90%
-  (:data:`reasonserve.sim.beam_models.BEAM_SETTINGS`).
+  (:data:`reasonserve.sim.beam_models.BEAM_SETTINGS`), and the paper's Fig. 17 memory
+  point: 1.5B+1.5B with 1.5 GB of KV.
 * Beam search: width n in (16, 64, 256) (the paper: 8..512), branching factor 4
   (search-and-learn's beam width), at most 40 steps and 4,096 tokens per beam.
 * Steps and PRM scores: the recorded search-and-learn beam search of Llama-3.1-8B on
@@ -46,6 +47,7 @@ from reasonserve.sim.beam_search import (
     BeamRequest,
     BeamSearchSpec,
     BeamServeConfig,
+    BeamSetting,
     load_step_pool,
     poisson_beam_requests,
     simulate_beam_search,
@@ -59,7 +61,10 @@ CONFIGS = {
     "speculation": {"speculation": True},
     "all": {"prefix_aware": True, "roofline": True, "speculation": True},
 }
-FULL = {"settings": ("1.5b+1.5b", "1.5b+7b", "7b+1.5b"), "widths": {16: 24, 64: 24, 256: 8}}
+FULL = {
+    "settings": ("1.5b+1.5b", "1.5b+7b", "7b+1.5b", "1.5b+1.5b@1.5GB"),
+    "widths": {16: 24, 64: 24, 256: 8},
+}
 QUICK = {"settings": ("1.5b+1.5b",), "widths": {64: 8}}
 PAPER = {
     "setting": "RTX 4090 24 GB; Qwen2.5-Math 1.5B/7B + Skywork-PRM-1.5B / Math-Shepherd-7B; AIME24, AMC23; "
@@ -71,6 +76,16 @@ PAPER = {
 }
 
 
+def _setting(name: str) -> BeamSetting:
+    """A preset, or the paper's Fig. 17 memory point: 1.5B+1.5B with 1.5 GB of KV."""
+    if name in BEAM_SETTINGS:
+        return BEAM_SETTINGS[name]
+    base = BEAM_SETTINGS["1.5b+1.5b"]
+    weights = base.generator.weight_bytes + base.verifier.weight_bytes
+    fraction = (1.5e9 + weights) / base.hardware.memory_bytes
+    return BeamSetting(name, base.generator, base.verifier, base.hardware, fraction)
+
+
 def _solo_latency(pool, setting, search) -> float:
     """Mean latency of the baseline serving three requests one at a time (fixes the rate)."""
     reqs = [BeamRequest(f"solo{i}", i * 1e6, pool.prompt_tokens[i], 10_000 + i) for i in range(3)]
@@ -79,7 +94,7 @@ def _solo_latency(pool, setting, search) -> float:
 
 
 def _cell(pool, setting_name: str, width: int, num_requests: int, seed: int) -> dict:
-    setting, search = BEAM_SETTINGS[setting_name], BeamSearchSpec(width=width, branching=4)
+    setting, search = _setting(setting_name), BeamSearchSpec(width=width, branching=4)
     rate = 0.5 / _solo_latency(pool, setting, search)
     requests = poisson_beam_requests(pool, rate, num_requests, seed)
     runs, selections = {}, {}

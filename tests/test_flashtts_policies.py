@@ -234,7 +234,7 @@ def _t_tot(gen, ver, n, s, s_dec, b_pre, b_dec) -> float:
     return pre + -(-n // b_dec) * s_dec * gen.step_s([(1, s_dec // 2)] * b_dec)
 
 
-@pytest.mark.parametrize("n,s,s_dec,blocks", [(12, 300, 80, 9), (20, 500, 200, 25), (7, 100, 400, 14), (45, 200, 60, 30)])
+@pytest.mark.parametrize("n,s,s_dec,blocks", [(12, 300, 80, 9), (20, 500, 200, 25), (7, 100, 400, 14), (30, 200, 60, 16)])
 def test_allocator_matches_brute_force_and_respects_memory(n, s, s_dec, blocks):
     gen, ver = _costs()
     kv_pre, kv_dec = s * ver.model.kv_bytes_per_token, s_dec * gen.model.kv_bytes_per_token

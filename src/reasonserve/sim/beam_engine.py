@@ -31,13 +31,24 @@ class GenTask:
     request_id: str
     context: int  # prompt + path tokens before the step
     progress: int = 0
-    kv: int = 0  # tokens of progress that have KV
+    kv: int = 0  # tokens of progress in this task's private KV
     parent: str | None = None
     branch: int = 0
+    head: tuple[str, ...] = ()  # a cached speculative node holding the first ``shared`` tokens
+    shared: int = 0
 
     @property
     def remaining(self) -> int:
         return self.beam.step_tokens - self.progress
+
+    @property
+    def nodes(self) -> tuple[str, ...]:
+        return self.beam.path + self.head
+
+    @property
+    def unbacked(self) -> int:
+        """Tokens of progress with no KV (dropped by a preemption): recomputed at admission."""
+        return self.progress - self.shared - self.kv
 
 
 class Generator:
@@ -51,9 +62,9 @@ class Generator:
         """Seat ``task`` if a seat and its KV fit; its prefill chunk goes to ``prefill``."""
         if len(self.running) >= self.max_seqs:
             return False
-        path = task.beam.path
+        path = task.nodes
         cached, missing = self.cache.missing(path, self.sizes)
-        redo = missing + (task.progress - task.kv)
+        redo = missing + task.unbacked
         if not self.cache.make_room(redo + 1):
             if not self.running and not self.cache.pins:
                 raise InvalidArgumentError(
@@ -62,8 +73,8 @@ class Generator:
                 )
             return False
         self.cache.pin(path, self.sizes)
-        self.cache.private += task.progress - task.kv
-        task.kv = task.progress
+        self.cache.private += task.unbacked
+        task.kv = task.progress - task.shared
         if redo:
             prefill.append((redo, cached))
             self.recompute_tokens += redo
@@ -75,14 +86,14 @@ class Generator:
         self.running.remove(task)
         self.cache.private -= task.kv
         task.kv = 0
-        self.cache.unpin(task.beam.path)
+        self.cache.unpin(task.nodes)
 
     def finish(self, task: GenTask) -> None:
         """``task``'s step is done: its KV becomes the cached node named by the beam id."""
         self.running.remove(task)
         self.cache.private -= task.kv
         task.kv = 0
-        self.cache.unpin(task.beam.path)
+        self.cache.unpin(task.nodes)
         self.cache.add(task.beam.beam_id, task.beam.step_tokens)
 
     def decode_time(self, k: int) -> float:

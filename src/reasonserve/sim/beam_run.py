@@ -207,7 +207,7 @@ class BeamRun:
         head = self.spec.head_starts(rid, children) if self.spec is not None else {}
         self._start_iteration(rid, children, head)
 
-    def _start_iteration(self, rid: str, beams: list[Beam], head: dict[str, int]) -> None:
+    def _start_iteration(self, rid: str, beams: list[Beam], head: dict[str, tuple[int, str | None]]) -> None:
         order = sorted(range(len(beams)), key=lambda i: (copy_index(beams[i].beam_id), i))
         beams = [beams[i] for i in order]  # copy by copy: parents interleaved (the baseline)
         if self.cfg.prefix_aware:
@@ -216,9 +216,12 @@ class BeamRun:
         context0 = self.trees[rid].request.prompt_tokens
         for b in beams:
             self.sizes[b.beam_id] = b.step_tokens
-            progress = head.get(b.beam_id, 0)
+            progress, node = head.get(b.beam_id, (0, None))
             if progress < b.step_tokens:
-                self.gen.queue.append(GenTask(b, rid, context0 + b.path_tokens, progress=progress))
+                task = GenTask(b, rid, context0 + b.path_tokens, progress=progress)
+                if node is not None and node != b.beam_id:  # share the branch's cached KV
+                    task.head, task.shared = (node,), progress
+                self.gen.queue.append(task)
                 tasks += 1
         self.pending_gen[rid] = tasks
         if self.spec is not None:

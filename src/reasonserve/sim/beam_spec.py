@@ -45,6 +45,7 @@ class Speculation:
         self.progress: dict[str, dict[str, int]] = {}  # request -> child -> speculative tokens
         self.tasks: dict[str, GenTask] = {}  # child -> running branch
         self.verified: set[str] = set()
+        self.nodes: dict[str, str] = {}  # child -> cached node holding its branch's tokens
         self.stops = self.launched = self.kept_tokens = self.wasted_tokens = 0
 
     def counters(self) -> dict[str, float]:
@@ -70,11 +71,22 @@ class Speculation:
     def mark_preverified(self, beam_id: str) -> None:
         self.verified.add(beam_id)
 
-    def _stop(self, task: GenTask) -> None:
-        self.run.gen.release(task)
-        self.progress.setdefault(task.request_id, {})[task.beam.beam_id] = task.progress
+    def _stop(self, task: GenTask, keep: bool = False) -> None:
+        """Stop a branch; with ``keep`` (its iteration ended) a branch whose tokens all have
+        KV leaves them cached as node ``<child>~`` for the child's head start."""
+        gen, child = self.run.gen, task.beam.beam_id
+        whole = keep and task.kv == task.progress > 0
+        kv = task.kv
+        gen.release(task)
+        if whole:
+            node = f"{child}~"
+            self.run.sizes[node] = task.progress
+            gen.cache.make_room(kv)  # the tokens were private: the room exists
+            gen.cache.add(node, task.progress)
+            self.nodes[child] = node
+        self.progress.setdefault(task.request_id, {})[child] = task.progress
         self.used[task.parent].discard(task.branch)
-        del self.tasks[task.beam.beam_id]
+        del self.tasks[child]
 
     def stop_all(self, reason: str) -> None:
         for task in list(self.tasks.values()):
@@ -102,12 +114,13 @@ class Speculation:
             return
         by_id = {b.beam_id: (rid, b) for rid, beams in self.candidates.items() for b in beams}
         counts = {b: len(self.used.get(b, ())) for b in by_id}
+        protected = self._protected()
         for slot in self.selector.rank(list(by_id), self.potentials, free, used=counts):
             rid, beam = by_id[slot.beam_id]
-            if not self._launch(rid, beam, prefill):
+            if not self._launch(rid, beam, prefill, protected):
                 break
 
-    def _launch(self, rid: str, beam: Beam, prefill: list[tuple[int, int]]) -> bool:
+    def _launch(self, rid: str, beam: Beam, prefill: list[tuple[int, int]], protected: int) -> bool:
         used = self.used.setdefault(beam.beam_id, set())
         branch = min(set(range(len(beam.child_ids))) - used)
         child = self.run.trees[rid].child(beam, branch)
@@ -118,7 +131,7 @@ class Speculation:
             return True
         context = self.run.trees[rid].request.prompt_tokens + child.path_tokens
         task = GenTask(child, rid, context, progress=done, parent=beam.beam_id, branch=branch)
-        if not self._fits(task) or not self.run.gen.try_admit(task, prefill):
+        if not self._fits(task, protected) or not self.run.gen.try_admit(task, prefill):
             return False
         used.add(branch)
         self.tasks[child.beam_id] = task
@@ -126,14 +139,27 @@ class Speculation:
         self.launched += 1
         return True
 
-    def _fits(self, task: GenTask) -> bool:
-        """A branch takes only memory (free, or cached but unused) that the real beams will
-        not need to finish their steps, for its whole step."""
+    def _protected(self) -> int:
+        """Cached, unpinned tokens of the live iterations' beams (their paths and finished
+        steps): the next iteration may need them, so speculation must not count them free."""
+        cache, nodes = self.run.gen.cache, set()
+        for rid in self.candidates:
+            for b in self.run.trees[rid].active:
+                nodes.update(b.path)
+                nodes.add(b.beam_id)
+        return sum(cache.tokens[n] for n in nodes if n in cache.lru)
+
+    def _fits(self, task: GenTask, protected: int) -> bool:
+        """A branch starts only on a fully cached prefix (no recomputation for speculation)
+        and takes only memory that no live beam holds or will need to finish its step (free,
+        or cached for pruned beams and finished requests), for its whole step."""
         gen = self.run.gen
-        _, missing = gen.cache.missing(task.beam.path, self.run.sizes)
+        _, missing = gen.cache.missing(task.nodes, self.run.sizes)
+        if missing or task.unbacked:
+            return False
         reserve = sum(t.remaining for t in gen.running if t.parent is None)
         reserve += sum(t.remaining for t in self.tasks.values())
-        free = gen.cache.capacity - gen.cache.used + gen.cache.evictable
+        free = gen.cache.capacity - gen.cache.used + gen.cache.evictable - protected
         return missing + task.beam.step_tokens + reserve <= free
 
     def _view(self) -> SchedulerView:
@@ -151,40 +177,47 @@ class Speculation:
 
     def branch_done(self, task: GenTask) -> None:
         self.progress.setdefault(task.request_id, {})[task.beam.beam_id] = task.progress
+        self.nodes[task.beam.beam_id] = task.beam.beam_id  # the child's own step node
         del self.tasks[task.beam.beam_id]
 
     def end_request(self, rid: str) -> dict[str, int]:
         """The iteration's generation ended: stop its branches; the tokens per child."""
         for task in [t for t in self.tasks.values() if t.request_id == rid]:
-            self._stop(task)
+            self._stop(task, keep=True)
         self.candidates[rid] = []
         return dict(self.progress.get(rid, {}))
 
-    def head_starts(self, rid: str, children: list[Beam]) -> dict[str, int]:
-        """Tokens each kept child starts with (Algorithm 1, lines 18-19): a child with its own
-        branch keeps it (copy 0 all of it, others a truncated prefix); a copy without one
-        starts from a truncated prefix of copy 0's branch, and still writes at least one
-        token of its own. Forgets the request's other branches (wasted)."""
+    def head_starts(self, rid: str, children: list[Beam]) -> dict[str, tuple[int, str | None]]:
+        """(tokens, cached node holding them or None) each kept child starts with (Algorithm 1,
+        lines 18-19): a child with its own branch keeps it (copy 0 all of it, others a
+        truncated prefix); a copy without one starts from a truncated prefix of copy 0's
+        branch (sharing its KV) and still writes at least one token of its own. Forgets the
+        request's other branches (wasted)."""
         progress = self.progress.pop(rid, {})
         seed = self.run.trees[rid].request.seed
         head, used = {}, set()
         for c in children:
             k = copy_index(c.beam_id)
             own = progress.get(c.beam_id, 0)
-            first = c.beam_id if k == 0 else f"{c.beam_id.rpartition('.')[0]}.0"
-            base = own or progress.get(first, 0)
+            source = c.beam_id if own or k == 0 else f"{c.beam_id.rpartition('.')[0]}.0"
+            base = progress.get(source, 0)
             rng = random.Random(f"{seed}|trunc|{c.beam_id}")
-            cap = c.step_tokens if own or k == 0 else c.step_tokens - 1
-            head[c.beam_id] = min(self.selector.kept_tokens(base, k, rng), cap) if base else 0
-            used.add(c.beam_id if own or k == 0 else first)
-            self.kept_tokens += head[c.beam_id]
+            cap = c.step_tokens if source == c.beam_id else c.step_tokens - 1
+            tokens = min(self.selector.kept_tokens(base, k, rng), cap) if base else 0
+            head[c.beam_id] = (tokens, self.nodes.get(source) if tokens else None)
+            used.add(source)
+            self.kept_tokens += tokens
         self.wasted_tokens += sum(t for child, t in progress.items() if child not in used)
         for b in [b for b in self.used if b.startswith(f"{rid}/")]:
             del self.used[b]
+        for child in [c for c in self.nodes if c.startswith(f"{rid}/")]:
+            del self.nodes[child]
         return head
 
     def forget(self, rid: str) -> None:
         self.candidates.pop(rid, None)
+        for child in [c for c in self.nodes if c.startswith(f"{rid}/")]:
+            del self.nodes[child]
         self.progress.pop(rid, None)
         for b in [b for b in self.used if b.startswith(f"{rid}/")]:
             del self.used[b]
