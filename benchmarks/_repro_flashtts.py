@@ -200,16 +200,44 @@ def markdown(section: dict) -> str:
     return "\n".join(lines)
 
 
+def plot(section: dict, path: pathlib.Path) -> None:
+    """Goodput vs the baseline per setting and width, one bar per configuration."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    cells, names = section["cells"], [n for n in CONFIGS if n != "baseline"]
+    fig, ax = plt.subplots(figsize=(max(6.0, 0.9 * len(cells)), 3.6))
+    width = 0.8 / len(names)
+    for j, name in enumerate(names):
+        xs = [i + (j - (len(names) - 1) / 2) * width for i in range(len(cells))]
+        ax.bar(xs, [c["ratios"][name]["goodput_ratio"] for c in cells], width, label=name)
+    ax.axhline(1.0, color="black", linewidth=0.8)
+    ax.axhline(1.5, color="gray", linewidth=0.8, linestyle="--", label="goal 1.5x")
+    ax.set_xticks(range(len(cells)), [f"{c['setting']}\nn={c['width']}" for c in cells], fontsize=7)
+    ax.set_ylabel("precise goodput / baseline")
+    ax.legend(fontsize=7, ncol=3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--data", type=pathlib.Path, default=ROOT.parent / "shared" / "data")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--markdown", action="store_true", help="print the docs table from the last results")
+    parser.add_argument("--plot", type=pathlib.Path, help="write the goodput plot of the last results here")
     args = parser.parse_args()
     out = RESULTS / ("flashtts_quick.json" if args.quick else "flashtts.json")
-    if args.markdown:
-        print(markdown(json.loads(out.read_text())["flashtts"]))
+    if args.markdown or args.plot:
+        section = json.loads(out.read_text())["flashtts"]
+        if args.plot:
+            plot(section, args.plot)
+        if args.markdown:
+            print(markdown(section))
         return
     section = run(args.quick, args.data, args.seed)
     RESULTS.mkdir(exist_ok=True)
