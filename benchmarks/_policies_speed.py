@@ -21,6 +21,7 @@ from reasonserve.core.views import RequestView, SchedulerView
 from reasonserve.policies import FCFSPolicy, RoundRobinPolicy
 from reasonserve.policies.app_fifo import AppFIFOPolicy
 from reasonserve.policies.dynasor import DynasorPolicy
+from reasonserve.policies.flashtts import PrefixAwarePolicy
 from reasonserve.policies.lpm import LPMPolicy
 from reasonserve.policies.pascal import PascalPolicy
 from reasonserve.sim import simulate, summarize
@@ -45,7 +46,8 @@ def big_view(n_waiting: int, n_running: int = 256) -> SchedulerView:
 
 def decide_speed(sizes: tuple[int, ...] = (1_000, 10_000, 100_000)) -> dict:
     policies = {"fcfs": FCFSPolicy(), "round_robin": RoundRobinPolicy(quantum=500), "pascal": PascalPolicy(),
-                "dynasor": DynasorPolicy(), "app_fifo": AppFIFOPolicy(), "lpm": LPMPolicy()}  # fmt: skip
+                "dynasor": DynasorPolicy(), "app_fifo": AppFIFOPolicy(), "lpm": LPMPolicy(),
+                "flashtts_prefix": PrefixAwarePolicy()}  # fmt: skip
     out = {}
     for n in sizes:
         view = big_view(n)
