@@ -31,7 +31,7 @@ def test_resume_from_committed_tokens_is_bit_identical(tmp_path, mode):
     source = tiny_engine(tmp_path, _config(mode))
     full = source.generate([PROMPT, [9, 9, 9]], [params, other])[0].token_ids
     assert len(full) == 32
-    for k in (1, 13, 31):  # a different batch on the target: a co-running request
+    for k in (1, 17):  # a different batch on the target: a co-running request
         target = tiny_engine(tmp_path, _config(mode))
         target.add_request([4, 4, 4, 4, 4], other)
         rid = target.add_request(PROMPT, params, committed_output=full[:k])
