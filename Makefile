@@ -23,11 +23,11 @@ $(VENV)/.base: $(VENV)/.torch pyproject.toml $(NATIVE_SRC)
 	touch $@
 
 $(VENV)/.dev: $(VENV)/.torch pyproject.toml $(NATIVE_SRC)
-	$(PIP) $(EDITABLE) ".[dev,triton,embed,grading]"
+	$(PIP) $(EDITABLE) ".[dev,triton,embed,grading,ray]"
 	touch $@
 
 $(VENV)/.docs: $(VENV)/.dev
-	$(PIP) $(EDITABLE) ".[dev,triton,embed,grading,docs]"
+	$(PIP) $(EDITABLE) ".[dev,triton,embed,grading,ray,docs]"
 	touch $@
 
 demo: $(VENV)/.base
