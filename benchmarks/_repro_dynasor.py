@@ -26,7 +26,8 @@ and App. F.3, and the recordings):
   headline ratios are taken at every SLO scale where both rates are inside the grid;
   the range and median over those scales are reported. Full mode: 1000 programs per
   run, rates 1 to 11.3 programs/s in steps of 2^(1/4); ``--quick``: 100 programs, rates
-  1, 2, 4, 8 (a smoke run: too few programs for the loose SLO scales to bind).
+  1, 2, 4, 8 and only lpm, app_fifo, dynasor (a smoke run: too few programs for the
+  loose SLO scales to bind).
 """
 
 from __future__ import annotations
@@ -60,6 +61,7 @@ VARIANTS = {  # name -> (policy class, plan, policy reads programs)
     "dynasor": (DynasorPolicy, CERTAINDEX, True),
     "lpm_ci": (LPMPolicy, CERTAINDEX, False),
 }
+QUICK_VARIANTS = ("lpm", "app_fifo", "dynasor")
 SCALES = (0.025, 0.05, 0.1, 0.2, 0.5, 1.0)
 PAPER_RATE = 8.0  # programs/s of the paper's SLO-scale sweep for SC
 PAPER = {"sustainable_rate_vs_lpm": "1.6-3.3x (SC: ~1.6x)", "sustainable_rate_vs_app_fifo": "1.6-3.2x",
@@ -157,8 +159,9 @@ def run(quick: bool, data_dir: pathlib.Path, seed: int, workers: int = 1) -> dic
     """Every variant over the rate grid; sustainable rates, ratios, SLO scale at the paper's rate."""
     path = str(pathlib.Path(data_dir) / SC_FILE)
     rates, n = _rates(quick), 100 if quick else 1000
-    jobs = [(name, rate, n, seed, path) for name in VARIANTS for rate in rates]
-    curves: dict[str, dict] = {name: {} for name in VARIANTS}
+    names = QUICK_VARIANTS if quick else tuple(VARIANTS)
+    jobs = [(name, rate, n, seed, path) for name in names for rate in rates]
+    curves: dict[str, dict] = {name: {} for name in names}
     for name, rate, summary in sorted(_sweep(jobs, workers), key=lambda x: x[1]):
         curves[name][str(rate)] = summary
     sustain = {name: {str(s): sustainable_rate(c, s, rates) for s in SCALES} for name, c in curves.items()}
@@ -182,18 +185,19 @@ def _fmt(x: float | None, grid_max: float) -> str:
 
 def markdown(section: dict) -> str:
     rates = section["setting"]["rates"]
+    names = list(section["curves"])
     lines = ["Sustainable rate (programs/s, >= 90% of programs meet their deadline):", "",
-             "| SLO scale | " + " | ".join(VARIANTS) + " | Dynasor / LPM | Dynasor / App-FIFO |",
-             "|---" * (len(VARIANTS) + 3) + "|"]  # fmt: skip
+             "| SLO scale | " + " | ".join(names) + " | Dynasor / LPM | Dynasor / App-FIFO |",
+             "|---" * (len(names) + 3) + "|"]  # fmt: skip
     for s in SCALES:
-        cells = [_fmt(section["sustainable_rate"][v][str(s)], rates[-1]) for v in VARIANTS]
+        cells = [_fmt(section["sustainable_rate"][v][str(s)], rates[-1]) for v in names]
         ratios = [section[k]["by_scale"][str(s)] for k in ("ratio_vs_lpm", "ratio_vs_app_fifo")]
         lines.append(f"| {s:g} | " + " | ".join(cells) + " | "
                      + " | ".join("-" if r is None else f"{r:.2f}x" for r in ratios) + " |")  # fmt: skip
     lines += ["", f"At {PAPER_RATE:g} programs/s (the paper's rate):", "",
               "| variant | tightest SLO scale at P90 | mean latency s | tokens/program | samples/program "
               "| stopped early | accuracy |", "|---|---|---|---|---|---|---|"]  # fmt: skip
-    for v in VARIANTS:
+    for v in names:
         p = section["curves"][v][str(PAPER_RATE)]
         lines.append(f"| {v} | {p['p90_scale']:.3f} | {p['latency_mean_s']:.1f} "
                      f"| {p['tokens_per_program']:.0f} | {p['samples_per_program']:.2f} "
