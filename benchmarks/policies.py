@@ -6,9 +6,10 @@ a 32B reasoning model on H100, quantum 500, demotion at 5000 tokens, TTFAT 0.25 
 ServeGen DeepSeek-R1 trace. Arrival rates are fractions (0.5, 0.75, 1.0) of a capacity
 estimate computed from the cost model before running anything (see ``_capacity_rps``).
 Migration at the reasoning->answering transition costs 40 ms per 2048 tokens (PASCAL
-§IV-B). The simulator runs coarse event steps of 16 decode iterations per decision
-(one KV block; fixed before any run): ``sim_speed`` measures what that changes against
-exact steps on the medium-rate workload.
+§IV-B). The comparison runs exact steps (one policy decision per engine step);
+``sim_speed`` times exact against coarse steps (``COARSE_STEPS`` decode iterations per
+decision) on the medium-rate PASCAL workload and reports how far the coarse run's
+metrics move.
 
     python benchmarks/policies.py --quick     # 400 requests per rate (a few minutes)
     python benchmarks/policies.py             # 2000 requests per rate
@@ -35,8 +36,8 @@ from reasonserve.policies.router import LeastKVRouter, PascalRouter
 from reasonserve.sim import SimConfig, load_lengths, poisson_workload, simulate, summarize
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-CONFIG = SimConfig(num_instances=8, hardware="h100", model="qwen2.5-32b", preemption="swap",
-                   decode_steps_per_event=16)  # fmt: skip
+CONFIG = SimConfig(num_instances=8, hardware="h100", model="qwen2.5-32b", preemption="swap")
+COARSE_STEPS = 16  # decode iterations per decision in sim_speed's coarse run (one KV block)
 RATE_FRACTIONS = {"low": 0.5, "medium": 0.75, "high": 1.0}
 SETUPS = {  # name: (policy factory, router) — baselines place by least KV footprint (paper §V-A)
     "fcfs": (FCFSPolicy, LeastKVRouter()),
@@ -96,10 +97,11 @@ def _headline(by_policy: dict) -> dict:
 
 def run_comparison(num_requests: int, data_dir: pathlib.Path, seed: int) -> dict:
     table = load_lengths("servegen", data_dir, seed=seed)
-    capacity = _capacity_rps(table, replace(CONFIG, decode_steps_per_event=1))
+    capacity = _capacity_rps(table, CONFIG)
     out = {"capacity_estimate_rps": capacity, "lengths": table.source, "rates": {}}
     medium = poisson_workload(table, RATE_FRACTIONS["medium"] * capacity, num_requests, seed=seed)
-    out["sim_speed"] = sim_speed(medium, CONFIG, *SETUPS["pascal"])
+    coarse = replace(CONFIG, decode_steps_per_event=COARSE_STEPS)
+    out["sim_speed"] = sim_speed(medium, coarse, *SETUPS["pascal"])
     for label, fraction in RATE_FRACTIONS.items():
         reqs = poisson_workload(table, fraction * capacity, num_requests, seed=seed)
         by_policy = {}
