@@ -3,11 +3,11 @@ sim-vs-engine error on one workload.
 
 1. Measure ``Engine.step()`` times with the tiny random checkpoint the engine tests use
    (calibration workloads: batches of 1/4/8/16 requests, prompts of 16 and 96 tokens,
-   each step timed 3 times, its fastest time kept).
+   each step timed 3 times, the median kept).
 2. Fit ``seconds ~ c0 + c1*prefill + c2*decodes + c3*kv_tokens`` by least squares and
    save the table (``benchmarks/results/sim_profile_table.json``).
 3. Run one *different* workload (12 requests, seeded lengths, all queued at t=0, FCFS)
-   through the engine (3 runs, the fastest) and through the simulator with the fitted table
+   through the engine (3 runs, medians) and through the simulator with the fitted table
    and the same block size, KV blocks, seats and token budget; report the relative error
    of total time and mean TTFT.
 
@@ -22,6 +22,7 @@ import random
 import statistics
 import sys
 import tempfile
+from dataclasses import replace
 
 import torch
 
@@ -49,8 +50,8 @@ def _params(max_tokens: list[int]) -> list[SamplingParams]:
 
 
 def calibrate(engine: Engine, seed: int, repeats: int = 3) -> list:
-    """The calibration steps, each timed ``repeats`` times (same seed, so the same steps);
-    a step's time is its fastest run (load spikes on a shared machine only add time)."""
+    """The calibration steps, each timed ``repeats`` times (same lengths, so the same steps);
+    a step's time is the median of its runs (robust to load spikes on a shared machine)."""
     runs = []
     for rep in range(repeats):  # fresh prompt tokens each time (no prefix-cache hits), same lengths
         rng, rows = random.Random(seed * 1000 + rep), []
@@ -62,7 +63,8 @@ def calibrate(engine: Engine, seed: int, repeats: int = 3) -> list:
     shape = [r.features() for r in runs[0]]
     if any([r.features() for r in run] != shape for run in runs):
         raise RuntimeError("calibration runs scheduled different steps")
-    return [min(same, key=lambda r: r.seconds) for same in zip(*runs, strict=True)]
+    steps = zip(*runs, strict=True)
+    return [replace(same[0], seconds=statistics.median(r.seconds for r in same)) for same in steps]
 
 
 def compare(engine: Engine, table, seed: int, runs: int = 3) -> dict:
@@ -81,7 +83,7 @@ def compare(engine: Engine, table, seed: int, runs: int = 3) -> dict:
     res = simulate(reqs, config, FCFSPolicy)
     sim_total = max(s.finished_s for s in res.sequences)
     sim_ttft = statistics.fmean(s.first_token_s - s.req.arrival_s for s in res.sequences)
-    engine_total, engine_ttft = min(totals), min(ttfts)  # fastest run, as the table's steps
+    engine_total, engine_ttft = statistics.median(totals), statistics.median(ttfts)  # as the table's steps
     return {"prompt_tokens": lengths, "output_tokens": outputs, "engine_total_s": totals,
             "engine_mean_ttft_s": ttfts, "sim_total_s": sim_total, "sim_mean_ttft_s": sim_ttft,
             "total_error": sim_total / engine_total - 1,
@@ -110,8 +112,8 @@ def main() -> None:
     print(f"fit over {len(rows)} steps: coefficients {table.coefficients}; "
           f"relative error median {result['fit_relative_error']['median']:.1%}, p90 "
           f"{result['fit_relative_error']['p90']:.1%}")  # fmt: skip
-    print(f"total time: engine {min(c['engine_total_s']):.3f} s, sim {c['sim_total_s']:.3f} s "
-          f"({c['total_error']:+.1%}); mean TTFT: engine {min(c['engine_mean_ttft_s']):.3f} s, "
+    print(f"total time: engine {statistics.median(c['engine_total_s']):.3f} s, sim {c['sim_total_s']:.3f} s "
+          f"({c['total_error']:+.1%}); mean TTFT: engine {statistics.median(c['engine_mean_ttft_s']):.3f} s, "
           f"sim {c['sim_mean_ttft_s']:.3f} s ({c['mean_ttft_error']:+.1%})")  # fmt: skip
 
 
