@@ -111,7 +111,7 @@ async def _http(live, fn):
 
 def test_cot_early_exit_over_http_aborts_the_running_chunk(live):
     rule = StopAfter(2)
-    cot = CoTWithProbe(chunk_tokens=300, max_tokens=1500, probe_tokens=4, probe_suffix=SUFFIX, rule=rule, seed=5)
+    cot = CoTWithProbe(chunk_tokens=120, max_tokens=1500, probe_tokens=4, probe_suffix=SUFFIX, rule=rule, seed=5)
     before = live.runner.snapshot.num_aborted
     holder = {}
 
@@ -122,8 +122,8 @@ def test_cot_early_exit_over_http_aborts_the_running_chunk(live):
     out = run(_http(live, go))
     t = out.trace
     assert t.exit == "early" and out.answer == "probe2"  # the exit branch, with the rule's answer
-    assert (t.num_chunks, t.num_probes, t.tokens_generated) == (2, 2, 600)
-    assert [o.position for o in rule.seen] == [300, 600]
+    assert (t.num_chunks, t.num_probes, t.tokens_generated) == (2, 2, 240)
+    assert [o.position for o in rule.seen] == [120, 240]
     assert out.text.endswith("\n</think>\n\n**Final Answer**\n\\boxed{probe2}")
     assert t.num_aborted == 1  # the third chunk was running when the rule stopped
     assert wait_until(lambda: live.runner.snapshot.num_aborted == before + 1)
