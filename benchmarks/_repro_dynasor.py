@@ -32,7 +32,6 @@ and App. F.3, and the recordings):
 
 from __future__ import annotations
 
-import math
 import pathlib
 import statistics
 import time
@@ -42,6 +41,7 @@ from reasonserve.policies.app_fifo import AppFIFOPolicy
 from reasonserve.policies.dynasor import DynasorPolicy
 from reasonserve.policies.lpm import LPMPolicy
 from reasonserve.sim import SimConfig, simulate
+from reasonserve.sim.program_metrics import program_summary, required_scales
 from reasonserve.sim.program_workload import load_sc_records, sc_program_workload
 from reasonserve.sim.programs import ProgramPlan, ProgramRuntime, WithPrograms
 
@@ -85,29 +85,8 @@ def run_variant(name: str, records, rate: float, num_programs: int, seed: int) -
     return runtime.results()
 
 
-def required_scales(rows: list[dict]) -> list[float]:
-    """Per program, the smallest SLO scale whose deadline it meets."""
-    return [r["latency_s"] / (r["difficulty"] * BASE_DEADLINE_S) for r in rows]
-
-
-def attainment(rows: list[dict], scale: float) -> float:
-    return sum(s <= scale for s in required_scales(rows)) / len(rows)
-
-
-def p90_scale(rows: list[dict]) -> float:
-    """The tightest SLO scale at which 90% of programs meet their deadline."""
-    need = sorted(required_scales(rows))
-    return need[max(0, math.ceil(0.9 * len(need)) - 1)]
-
-
 def _summary(rows: list[dict]) -> dict:
-    lat = sorted(r["latency_s"] for r in rows)
-    return {"attainment": {str(s): attainment(rows, s) for s in SCALES}, "p90_scale": p90_scale(rows),
-            "latency_p50_s": lat[len(lat) // 2], "latency_mean_s": statistics.fmean(lat),
-            "tokens_per_program": statistics.fmean(r["tokens"] for r in rows),
-            "samples_per_program": statistics.fmean(r["samples"] for r in rows),
-            "stopped_early": statistics.fmean(r["stopped_early"] for r in rows),
-            "accuracy": statistics.fmean(r["correct"] for r in rows)}  # fmt: skip
+    return program_summary(rows, BASE_DEADLINE_S, SCALES)
 
 
 def _point(job: tuple[str, float, int, int, str]) -> tuple[str, float, dict]:
@@ -118,7 +97,7 @@ def _point(job: tuple[str, float, int, int, str]) -> tuple[str, float, dict]:
     summary = _summary(rows)
     summary["wall_s"] = round(time.perf_counter() - start, 2)
     if rate == PAPER_RATE:
-        summary["required_scales"] = sorted(round(x, 5) for x in required_scales(rows))
+        summary["required_scales"] = sorted(round(x, 5) for x in required_scales(rows, BASE_DEADLINE_S))
     print(f"  dynasor repro: {name} @ {rate} pps: P90 scale {summary['p90_scale']:.3f}, "
           f"{summary['wall_s']} s", flush=True)  # fmt: skip
     return name, rate, summary

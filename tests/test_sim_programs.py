@@ -227,3 +227,38 @@ def test_recorded_sc_files_load_with_lengths_and_difficulty():
         first = json.loads(r1.open().readline())
         rec = load_sc_records(r1)[0]
         assert rec.tokens_recorded and list(rec.sample_tokens) == first["tokens"]
+
+
+def test_sim_cli_runs_sc_programs_from_a_samples_file(tmp_path, capsys):
+    import json
+
+    from reasonserve.cli import main
+
+    rows = [{"gt": "1", "pred": ["1"] * 5 + ["2"] * 3, "tokens": [30 + j for j in range(8)]},
+            {"gt": "2", "pred": ["1", "2", "3", "4", "2", "2", "5", "2"], "tokens": [50] * 8}]  # fmt: skip
+    (tmp_path / "sc.jsonl").write_text("\n".join(json.dumps(r) for r in rows))
+    base = ["sim", "--data", str(tmp_path), "--sc-file", "sc.jsonl", "--requests", "6", "--rate", "2",
+            "--instances", "1", "--model", "qwen2.5-7b", "--policy", "dynasor"]  # fmt: skip
+    out = tmp_path / "out.json"
+    assert main([*base, "--sc-threshold", "0.7", "--out", str(out)]) == 0
+    progs = json.loads(out.read_text())["programs"]
+    assert progs["programs"] == 6 and 5 <= progs["samples_per_program"] < 8 and progs["stopped_early"] > 0
+    assert main([*base, "--out", str(out)]) == 0  # no threshold: every sample runs
+    assert json.loads(out.read_text())["programs"]["samples_per_program"] == 8
+    assert main([*base, "--sc-threshold", "0.7", "--sc-detect-at", "9"]) == 2
+    assert "sc-detect-at" in capsys.readouterr().err
+
+
+def test_program_metrics_deadline_is_scale_times_difficulty_times_base():
+    from reasonserve.sim.program_metrics import attainment, p90_scale, program_summary
+
+    def row(lat, d):
+        return {"latency_s": lat, "difficulty": d, "tokens": 10, "samples": 1, "stopped_early": False,
+                "correct": True}  # fmt: skip
+
+    rows = [row(10.0, 1), row(30.0, 3), row(50.0, 2), row(None, 1)] + [row(1.0, 1)] * 6
+    assert attainment(rows, 0.1, 100.0) == 0.8  # 10 <= 10, 30 <= 30, 50 > 20, unfinished never
+    assert p90_scale(rows, 100.0) == 0.25  # the 9th smallest need: 50 / (2 x 100)
+    assert program_summary(rows, 100.0, (0.1,))["attainment"] == {"0.1": 0.8}
+    with pytest.raises(InvalidArgumentError):
+        attainment(rows, 0.1, 0.0)

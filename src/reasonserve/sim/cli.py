@@ -14,6 +14,7 @@ from reasonserve.sim.hardware import HARDWARE
 from reasonserve.sim.metrics import summarize
 from reasonserve.sim.model_spec import MODELS
 from reasonserve.sim.profile import load_profile
+from reasonserve.sim.program_cli import add_program_args, run_programs
 from reasonserve.sim.simulator import simulate
 from reasonserve.sim.traces import load_lengths
 from reasonserve.sim.workload import poisson_workload
@@ -91,6 +92,7 @@ def add_sim_parser(sub) -> None:
     q.add_argument("--quantum", type=int, default=500, help="round-robin/PASCAL token quantum")
     q.add_argument("--demote-tokens", type=int, default=5000, help="PASCAL demotion threshold")
     q.add_argument("--starvation-bound", type=float, default=60.0, help="Dynasor escalation bound, seconds")
+    add_program_args(p)
     p.add_argument(
         "--out", type=pathlib.Path, default=None, help="write the JSON summary here (default: stdout)"
     )
@@ -135,10 +137,16 @@ def run_sim(args: argparse.Namespace, out: TextIO) -> int:
     factory = _factory(args)
     router_name = args.router or ("pascal" if args.policy == "pascal" else "least_kv")
     router = ROUTERS[router_name]()
-    table = load_lengths(args.lengths, args.data, seed=args.seed)
-    reqs = poisson_workload(table, args.rate, args.requests, args.seed, programs_of=args.program_size)
-    summary = summarize(simulate(reqs, config, factory, router))
-    summary.update(lengths=table.source, rate_rps=args.rate, config=repr(config), cost_model=args.cost_model)
+    if args.sc_file is not None:  # SC programs from recorded samples
+        summary = run_programs(args, config, factory, router)
+        summary.update(config=repr(config), cost_model=args.cost_model)
+    else:
+        table = load_lengths(args.lengths, args.data, seed=args.seed)
+        reqs = poisson_workload(table, args.rate, args.requests, args.seed, programs_of=args.program_size)
+        summary = summarize(simulate(reqs, config, factory, router))
+        summary.update(
+            lengths=table.source, rate_rps=args.rate, config=repr(config), cost_model=args.cost_model
+        )
     text = json.dumps(summary, indent=1, default=str)
     if args.out is None:
         print(text, file=out)
