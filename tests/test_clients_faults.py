@@ -190,3 +190,17 @@ def test_sglang_cancel_calls_abort_request():
     seen = run(go())
     assert [s["path"] for s in seen] == ["/generate", "/abort_request"]
     assert seen[1]["body"] == {"rid": "f-1"}
+
+
+def test_an_error_event_mid_stream_is_a_host_error():
+    first = {"choices": [{"text": "a", "token_ids": [1], "finish_reason": None}]}
+    failed = {"error": {"message": "the engine failed", "type": "InternalServerError", "code": 500}}
+    body = _sse_head() + b"".join(b"data: " + json.dumps(e).encode() + b"\n\n" for e in (first, failed))
+
+    async def go():
+        async with scripted(body) as (url, _):
+            with pytest.raises(HostError, match="the engine failed") as info:
+                await _stream(url)
+            return info.value
+
+    assert run(go()).status == 500

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from reasonserve.clients._parse import field, ids_or_none, opt_int
+from reasonserve.clients._parse import error_event, field, ids_or_none, opt_int
 from reasonserve.clients.errors import MalformedResponseError
 from reasonserve.clients.protocol import Capabilities, Chunk, GenerateRequest, GenerateResult
 from reasonserve.core.errors import InvalidArgumentError
@@ -148,7 +148,7 @@ class OpenAIShim:
         """One SSE event's JSON -> a chunk (None for a usage-only event)."""
         what = f"{self.name} stream event"
         if "error" in data:
-            raise MalformedResponseError(f"{what}: the host reported an error: {str(data['error'])[:300]}")
+            raise error_event(data, what)
         choices = field(data, "choices", list, what)
         if not choices:
             return None

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import json
 
-from reasonserve.clients.errors import MalformedResponseError
+from reasonserve.clients.errors import HostError, HostRejectedError, MalformedResponseError
 
-__all__ = ["MAX_BODY_BYTES", "field", "ids_or_none", "load_json", "opt_int"]
+__all__ = ["MAX_BODY_BYTES", "error_event", "field", "ids_or_none", "load_json", "opt_int"]
 
 MAX_BODY_BYTES = 64 * 2**20  # a reply larger than this is malformed, not read
 
@@ -54,3 +54,13 @@ def _tuple(kind) -> tuple:
 
 def _names(kind) -> str:
     return "/".join(k.__name__ for k in _tuple(kind))
+
+
+def error_event(data: dict, what: str) -> HostError:
+    """A stream event carrying ``{"error": {...}}`` (the host failed mid-stream)."""
+    err = data.get("error")
+    code = err.get("code") if isinstance(err, dict) else None
+    status = code if isinstance(code, int) and not isinstance(code, bool) and 400 <= code < 600 else 500
+    message = err.get("message") if isinstance(err, dict) else err
+    kind = HostRejectedError if status < 500 else HostError
+    return kind(f"{what}: the host reported an error: {str(message)[:300]}", status=status, body=str(err))

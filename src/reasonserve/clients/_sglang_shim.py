@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from reasonserve.clients._openai_shim import finish_reason
-from reasonserve.clients._parse import field, ids_or_none, opt_int
+from reasonserve.clients._parse import error_event, field, ids_or_none, opt_int
 from reasonserve.clients.errors import MalformedResponseError
 from reasonserve.clients.protocol import Capabilities, Chunk, GenerateRequest, GenerateResult
 from reasonserve.core.errors import InvalidArgumentError
@@ -103,7 +103,7 @@ class SGLangShim:
     def parse_event(self, data: dict, request_id: str, state: dict) -> Chunk | None:
         what = "sglang stream event"
         if "error" in data:
-            raise MalformedResponseError(f"{what}: the host reported an error: {str(data['error'])[:300]}")
+            raise error_event(data, what)
         text = field(data, "text", str, what)
         ids = ids_or_none(data.get("output_ids"), what)
         reason = self._finish(self._meta(data, what), what)
