@@ -92,3 +92,19 @@ def test_bad_input_is_typed_and_the_client_goes_on(engine):
         return await c.generate(GenerateRequest("ok", max_tokens=2))
 
     assert run(go()).finish_reason == "length"
+
+
+@pytest.mark.parametrize("deterministic", [False, True])
+def test_finished_outputs_enter_the_prefix_cache_except_dvr_decodes(engine, deterministic):
+    """A continuation of a finished request reuses its output blocks, unless the request
+    was deterministic in DVR mode (its decoded KV came from the stock kernels)."""
+    from reasonserve.engine import SamplingParams
+
+    prompt = list(b"Prefix cache: ")  # 14 tokens: 3 full blocks
+    params = SamplingParams(max_tokens=13, seed=1, deterministic=deterministic)
+    first = engine.generate([prompt], params)[0]
+    follow = engine.generate([prompt + first.token_ids], SamplingParams(max_tokens=2, deterministic=deterministic))[0]
+    computed = len(prompt) + len(first.token_ids) - 1  # the last sampled token has no KV yet
+    expected = (computed // BLOCK) * BLOCK if not deterministic else (len(prompt) // BLOCK) * BLOCK
+    assert engine.config.mode == "dvr"
+    assert follow.metrics.num_cached_tokens == expected
