@@ -14,6 +14,8 @@ from reasonserve.sim.profile import (
     load_profile,
     save_profile,
 )
+from reasonserve.sim.program_workload import load_sc_records, sc_program_workload
+from reasonserve.sim.programs import ProgramPlan, ProgramRuntime, SCProgram, WithPrograms
 from reasonserve.sim.simulator import SimResult, simulate
 from reasonserve.sim.traces import load_lengths
 from reasonserve.sim.workload import LengthTable, SimRequest, poisson_workload
@@ -27,17 +29,23 @@ __all__ = [
     "ProfileCostModel",
     "ProfileRow",
     "ProfileTable",
+    "ProgramPlan",
+    "ProgramRuntime",
     "RooflineCostModel",
+    "SCProgram",
     "SimConfig",
     "SimRequest",
     "SimResult",
+    "WithPrograms",
     "fit_profile",
     "load_lengths",
     "load_profile",
+    "load_sc_records",
     "percentile",
     "poisson_workload",
     "request_metrics",
     "save_profile",
+    "sc_program_workload",
     "simulate",
     "summarize",
     "tail_ttft_by_bin",
