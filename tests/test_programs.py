@@ -203,6 +203,11 @@ def test_every_program_runs(live, embedded, where):
     assert 0.0 <= outs["sc"].certainty <= 1.0
     assert outs["mcts"].trace.exit == "denied"
     assert len([e for e in outs["mcts"].trace.events if e["kind"] == "iteration"]) == 3
+    assert outs["mcts"].trace.num_requests == 3 * 2  # iterations x expansions
+    # Rebase keeps at most `width` paths open per depth; beam search scores at most
+    # beam_width x expansions candidates per round.
+    assert all(e["n"] <= 3 for e in outs["rebase"].trace.events if e["kind"] == "score")
+    assert all(e["n"] <= 2 * 2 for e in outs["beam"].trace.events if e["kind"] == "score")
     for name in ("rebase", "mcts", "beam"):
         t = outs[name].trace
         assert t.tokens_generated > 0 and t.num_requests >= 2 and t.num_aborted == 0, name
