@@ -145,9 +145,11 @@ class ProgramRuntime:
         stops: list[str] = []
         for seq in finished:
             owner = self._owner.get(seq.request_id)
-            st = self.states[owner[0]] if owner is not None else None
-            if st is None or st.done or seq.request_id not in st.live:
-                continue  # not a program's, or its program is over (a sample we stopped)
+            if owner is None:
+                continue  # not a program's request
+            st = self.states[owner[0]]
+            if st.done or seq.request_id not in st.live:
+                continue  # its program is over (a sample we stopped)
             st.live.discard(seq.request_id)
             answered = seq.finish_reason == "length"
             st.classes.append(st.program.question.classes[owner[1]] if answered else -1)
