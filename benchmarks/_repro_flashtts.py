@@ -208,14 +208,15 @@ def plot(section: dict, path: pathlib.Path) -> None:
     import matplotlib.pyplot as plt
 
     cells, names = section["cells"], [n for n in CONFIGS if n != "baseline"]
-    fig, ax = plt.subplots(figsize=(max(6.0, 0.9 * len(cells)), 3.6))
+    fig, ax = plt.subplots(figsize=(max(6.0, 1.1 * len(cells)), 4.0))
     width = 0.8 / len(names)
     for j, name in enumerate(names):
         xs = [i + (j - (len(names) - 1) / 2) * width for i in range(len(cells))]
         ax.bar(xs, [c["ratios"][name]["goodput_ratio"] for c in cells], width, label=name)
     ax.axhline(1.0, color="black", linewidth=0.8)
     ax.axhline(1.5, color="gray", linewidth=0.8, linestyle="--", label="goal 1.5x")
-    ax.set_xticks(range(len(cells)), [f"{c['setting']}\nn={c['width']}" for c in cells], fontsize=7)
+    labels = [f"{c['setting']}\nn={c['width']}" for c in cells]
+    ax.set_xticks(range(len(cells)), labels, fontsize=7, rotation=30)
     ax.set_ylabel("precise goodput / baseline")
     ax.legend(fontsize=7, ncol=3)
     fig.tight_layout()
