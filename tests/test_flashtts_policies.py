@@ -147,6 +147,8 @@ def test_lookahead_rejects_bad_candidates():
         VerifyCandidate("a", -1)
     with pytest.raises(InvalidArgumentError, match="twice"):
         LookaheadVerification().group([VerifyCandidate("a", 1), VerifyCandidate("a", 2)])
+    with pytest.raises(InvalidArgumentError, match="enabled"):
+        LookaheadVerification(enabled="yes")  # type: ignore[arg-type]
 
 
 # -- prefix-aware ordering ---------------------------------------------------------------
@@ -277,3 +279,5 @@ def test_allocator_rejects_bad_input(kwargs, match):
         RooflineKVAllocator(gen, ver).plan(**args)
     with pytest.raises(InvalidArgumentError):
         RooflineKVAllocator(gen, "h100")  # type: ignore[arg-type]
+    with pytest.raises(InvalidArgumentError, match="allow_offload"):
+        RooflineKVAllocator(gen, ver, allow_offload=1)  # type: ignore[arg-type]

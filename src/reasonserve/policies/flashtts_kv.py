@@ -101,6 +101,8 @@ class RooflineKVAllocator:
         for fname in ("generator", "verifier"):
             if not isinstance(getattr(self, fname), RooflineCostModel):
                 raise InvalidArgumentError(f"{fname} must be a RooflineCostModel")
+        if not isinstance(self.allow_offload, bool):
+            raise InvalidArgumentError(f"allow_offload must be a bool, got {self.allow_offload!r}")
 
     def plan(
         self,

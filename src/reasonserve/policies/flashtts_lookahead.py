@@ -50,6 +50,10 @@ class LookaheadVerification:
     enabled: bool = True
     name: str = "flashtts_lookahead"
 
+    def __post_init__(self) -> None:
+        if not isinstance(self.enabled, bool):
+            raise InvalidArgumentError(f"enabled must be a bool, got {self.enabled!r}")
+
     def group(self, candidates: Sequence[VerifyCandidate]) -> list[VerifyRequest]:
         """One request per beam, in beam-id order; a beam whose speculative next step is
         complete is verified together with it when ``enabled``."""
