@@ -34,10 +34,9 @@ _BY_ARRIVAL = attrgetter("arrival_s", "request_id")
 
 def prefix_order(paths: Sequence[Sequence[Hashable]]) -> list[int]:
     """Indices of ``paths`` in greedy prefix-sharing order (stable for equal paths)."""
-    flat = [(node, i) for i, path in enumerate(paths) for node in path]
-    flat.reverse()
-    rank = dict(flat)  # node -> index of the first path that has it (later pairs win)
-    keys = [tuple(map(rank.__getitem__, path)) for path in paths]
+    rank: dict[Hashable, int] = {}  # node -> index of the first path that has it
+    first = rank.setdefault
+    keys = [tuple([first(node, i) for node in path]) for i, path in enumerate(paths)]
     return sorted(range(len(paths)), key=keys.__getitem__)
 
 
