@@ -262,3 +262,36 @@ def test_program_metrics_deadline_is_scale_times_difficulty_times_base():
     assert program_summary(rows, 100.0, (0.1,))["attainment"] == {"0.1": 0.8}
     with pytest.raises(InvalidArgumentError):
         attainment(rows, 0.1, 0.0)
+
+
+def test_reward_certainindex_and_sequential_rounds():
+    from reasonserve.certainindex.reward import RewardCertainty
+
+    def prog(pid, rewards):
+        q = make_question(pid, ["1"] * 4, rewards, "1")
+        return SCProgram(pid, 0.0, 16, q, (20, 30, 40, 50), 1)
+
+    plan = ProgramPlan(4, first_round=1, round_size=1, allocation=ThresholdPolicy(0.4, detect_at=3),
+                       reward=RewardCertainty("mean"))  # fmt: skip
+    rt, res = _simulate([prog("good", [0.9, 0.8, 0.7, 0.1]), prog("poor", [0.1, 0.1, 0.1, 0.9])], plan)
+    assert rt.states["good"].issued == 3 and rt.states["good"].certainty == pytest.approx(0.8)
+    assert rt.states["poor"].issued == 4
+    by_id = {s.request_id: s for s in res.sequences}
+    for j in range(1, 4):  # one rollout at a time: each starts when the one before finished
+        assert by_id[f"poor/s{j}"].req.arrival_s == by_id[f"poor/s{j - 1}"].finished_s
+    with pytest.raises(InvalidArgumentError):
+        ProgramPlan(4, reward="mean")
+
+
+@pytest.mark.skipif(not (DATA.parent / "mcts").is_dir(), reason="no recorded data")
+def test_search_recordings_load_as_programs():
+    from reasonserve.sim.program_workload import load_search_records
+
+    mcts = load_search_records("mcts", DATA.parent / "mcts" / "rstar_amc2024_llama31_8b_instruct")
+    assert len(mcts) == 22 and all(len(r.sample_tokens) == len(r.question.classes) == 16 for r in mcts)
+    beams = DATA.parent / "prm_beams" / "beam_Llama-3.1-8B-Instruct-AWQ_n3_math500q500.jsonl"
+    if beams.is_file():
+        prm = load_search_records("prm", beams)
+        assert len(prm) == 500 and all(len(r.sample_tokens) == 3 for r in prm)
+    with pytest.raises(InvalidArgumentError):
+        load_search_records("rebase", beams)

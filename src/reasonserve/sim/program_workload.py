@@ -23,9 +23,11 @@ from dataclasses import dataclass
 from reasonserve.core.errors import InvalidArgumentError
 from reasonserve.replay._jsonl import read_jsonl
 from reasonserve.replay.sc import SCQuestion, load_samples
+from reasonserve.replay.search_runs import load_mcts, load_prm_beams
 from reasonserve.sim.programs import SCProgram
 
-__all__ = ["SCRecord", "difficulty", "load_sc_records", "prefix_hashes", "sc_program_workload"]
+__all__ = ["SCRecord", "difficulty", "load_sc_records", "load_search_records", "prefix_hashes",
+           "sc_program_workload"]  # fmt: skip
 
 WORDS_TO_TOKENS = 4 / 3
 
@@ -71,6 +73,48 @@ def load_sc_records(path: str | pathlib.Path) -> list[SCRecord]:
     if not out:
         raise InvalidArgumentError(f"{path}: no questions")
     return out
+
+
+def load_search_records(kind: str, path: str | pathlib.Path) -> list[SCRecord]:
+    """Search recordings as programs of independent samples, graded by the replay's loaders
+    (:mod:`reasonserve.replay.search_runs`, rewards included): ``"prm"`` — each beam of a
+    ``prm_beams`` file is a sample, its length its completion's words; ``"mcts"`` — each
+    rollout of an rStar folder is a sample, its length the words of every node's text but
+    the question (shared tree prefixes are counted once per rollout: an upper bound)."""
+    if kind == "prm":
+        questions = load_prm_beams(path)
+        lengths = [[_words_to_tokens(c) for c in row["completions"]] for _, row in read_jsonl(path)]
+        prompts = [_words_to_tokens(row.get("problem")) for _, row in read_jsonl(path)]
+    elif kind == "mcts":
+        questions = load_mcts(path)
+        lengths, prompts = _mcts_lengths(pathlib.Path(path) / "answer_sheets")
+    else:
+        raise InvalidArgumentError(f"kind must be 'prm' or 'mcts', got {kind!r}")
+    out = [
+        SCRecord(q, tuple(n), prompt, False) for q, n, prompt in zip(questions, lengths, prompts, strict=True)
+    ]
+    if not out:
+        raise InvalidArgumentError(f"{path}: no questions")
+    return out
+
+
+def _mcts_lengths(root: pathlib.Path) -> tuple[list[list[int]], list[int]]:
+    import json
+
+    lengths, prompts = [], []
+    for answer_file in sorted(root.glob("Question * - Answer.json")):  # load_mcts's order
+        qid = answer_file.name.split(" - ")[0]
+        rollouts = json.loads((root / f"{qid} - Rollout Solutions.json").read_text())
+        rollouts.sort(key=lambda r: int(r.get("rollout_id", 0)))
+        per, prompt = [], 1
+        for r in rollouts:
+            nodes = list((r.get("trace") or {}).values())
+            prompt = max(prompt, _words_to_tokens(nodes[0].get("user_question")) if nodes else 1)
+            per.append(_words_to_tokens(" ".join(str(v) for n in nodes for k, v in n.items()
+                                                 if k != "user_question")))  # fmt: skip
+        lengths.append(per)
+        prompts.append(prompt)
+    return lengths, prompts
 
 
 def prefix_hashes(key: str, prompt_tokens: int, block_size: int) -> tuple[int, ...]:

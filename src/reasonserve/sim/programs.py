@@ -15,9 +15,13 @@ the estimator the SC replay uses). The allocation (any ``grant(ProgramStatus)`` 
 * granted, and no sample of it is live: it issues the next round (``round_size``
   samples, default all the rest up to ``cap``).
 
-So ``first_round=5`` with ``ThresholdPolicy(0.7, detect_at=5)`` is the paper's two
-rounds (detect@5, then the rest); ``first_round=cap`` without an allocation is a
-baseline that always runs every sample; ``first_round=cap`` with an allocation stops
+With ``reward`` set (a :class:`~reasonserve.certainindex.RewardCertainty`) the
+certainindex is instead that aggregate of the finished samples' recorded rewards (MCTS
+rollouts' node values, PRM beam scores). So ``first_round=5`` with
+``ThresholdPolicy(0.7, detect_at=5)`` is the paper's two rounds (detect@5, then the
+rest); ``first_round=1, round_size=1`` runs samples one after another (MCTS
+rollouts); ``first_round=cap`` without an allocation is a baseline that always runs
+every sample; ``first_round=cap`` with an allocation stops
 live samples as soon as the index passes. A sample stopped or aborted by a scheduling
 policy counts as finished without an answer.
 
@@ -34,6 +38,7 @@ from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 from reasonserve.certainindex.allocation import ProgramStatus
+from reasonserve.certainindex.reward import RewardCertainty
 from reasonserve.certainindex.semantic_entropy import SemanticEntropy
 from reasonserve.core.errors import InvalidArgumentError
 from reasonserve.core.policy import check_policy, policy_name
@@ -79,12 +84,14 @@ class SCProgram:
 class ProgramPlan:
     """How every program spends its knob: ``cap`` samples at most, ``first_round`` issued
     on arrival (None: ``cap``), later rounds of ``round_size`` (None: the rest), and the
-    certainindex ``allocation`` that may deny more (None: always run to ``cap``)."""
+    certainindex ``allocation`` that may deny more (None: always run to ``cap``); the
+    certainindex is semantic entropy over answers, or ``reward`` over recorded rewards."""
 
     cap: int
     first_round: int | None = None
     round_size: int | None = None
     allocation: Allocation | None = None
+    reward: RewardCertainty | None = None
 
     def __post_init__(self) -> None:
         _check_int("cap", self.cap, 1)
@@ -93,6 +100,8 @@ class ProgramPlan:
                 _check_int(name, getattr(self, name), 1)
         if self.allocation is not None and not callable(getattr(self.allocation, "grant", None)):
             raise InvalidArgumentError(f"allocation needs a grant(status) method, got {self.allocation!r}")
+        if self.reward is not None and not isinstance(self.reward, RewardCertainty):
+            raise InvalidArgumentError(f"reward must be a RewardCertainty or None, got {self.reward!r}")
 
 
 @dataclass(slots=True)
@@ -101,6 +110,7 @@ class _State:
     cap: int
     issued: int = 0
     classes: list[int] = field(default_factory=list)  # answers of finished samples, in finish order
+    rewards: list[float] = field(default_factory=list)  # their recorded rewards (NaN: none)
     tokens: int = 0
     live: set[str] = field(default_factory=set)
     done: bool = False
@@ -153,6 +163,7 @@ class ProgramRuntime:
             st.live.discard(seq.request_id)
             answered = seq.finish_reason == "length"
             st.classes.append(st.program.question.classes[owner[1]] if answered else -1)
+            st.rewards.append(st.program.question.rewards[owner[1]] if answered else float("nan"))
             st.tokens += seq.num_output
             spawned_now, stops_now = self._advance(st, now_s)
             spawned += spawned_now
@@ -161,7 +172,8 @@ class ProgramRuntime:
 
     def _advance(self, st: _State, now_s: float) -> tuple[list[SimRequest], list[str]]:
         knob = len(st.classes)
-        st.certainty = self._entropy.score(st.classes)
+        reward = self.plan.reward
+        st.certainty = self._entropy.score(st.classes) if reward is None else reward.score(st.rewards)
         alloc = self.plan.allocation
         denied = alloc is not None and not alloc.grant(ProgramStatus(knob, st.certainty, st.tokens))
         if denied or knob >= st.cap:
