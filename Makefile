@@ -11,7 +11,7 @@ PYTEST_ARGS ?=
 NATIVE_SRC := setup.py $(wildcard src/reasonserve/_csrc/*)
 EDITABLE := --no-build-isolation -e
 
-.PHONY: demo test lint typecheck docs bench clean
+.PHONY: demo test test-adapters lint typecheck docs bench clean
 
 $(VENV)/.torch:
 	$(PYTHON) -m venv $(VENV)
@@ -35,6 +35,15 @@ demo: $(VENV)/.base
 
 test: $(VENV)/.dev
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+# Contract tests against the real vLLM 0.33 / SGLang 0.5.23 in light CPU environments
+# (.venv-vllm, .venv-sglang: CPU torch + the engine with --no-deps + a frozen list; built
+# once by scripts/adapter_envs.sh and cached). Not part of `make test` (docs/use_vllm.md).
+test-adapters:
+	scripts/adapter_envs.sh vllm
+	scripts/adapter_envs.sh sglang
+	.venv-vllm/bin/python -m pytest -p no:cacheprovider $(PYTEST_ARGS) tests/adapters/test_vllm_*.py
+	.venv-sglang/bin/python -m pytest -p no:cacheprovider $(PYTEST_ARGS) tests/adapters/test_sglang_*.py
 
 lint: $(VENV)/.dev
 	$(VENV)/bin/ruff check src tests benchmarks

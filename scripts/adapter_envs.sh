@@ -28,17 +28,28 @@ venv=".venv-$engine"
 reqs="scripts/adapter_envs/$engine-$version.txt"
 stamp="$venv/.built"
 want="$engine==$version $(sha256sum "$reqs" | cut -c1-16) $TORCH_SPEC $TEST_DEPS"
-if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
-  echo "$venv is up to date ($want)"
-  exit 0
-fi
-
 # pip's configured local indexes may not exist on every machine: drop that noise only.
 _pip() {
   local py="$1"; shift
   "$py" -m pip install --quiet --disable-pip-version-check "$@" 2>&1 \
     | { grep -v "is ignored: it is neither a file nor a directory" || true; }
 }
+
+# reasonserve's own metadata (its entry points) is refreshed whenever pyproject.toml changes.
+refresh_reasonserve() {
+  local mark="$venv/.reasonserve" have
+  have="$(sha256sum pyproject.toml | cut -c1-16)"
+  if [ "$(cat "$mark" 2>/dev/null)" != "$have" ]; then
+    REASONSERVE_BUILD_NATIVE=0 _pip "$venv/bin/python" --no-deps --no-build-isolation -e .
+    echo "$have" > "$mark"
+  fi
+}
+
+if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
+  refresh_reasonserve
+  echo "$venv is up to date ($want)"
+  exit 0
+fi
 
 rm -rf "$venv"
 "$PYTHON" -m venv "$venv"
@@ -48,7 +59,6 @@ pip=(_pip "$venv/bin/python")
 # for another torch.
 "${pip[@]}" --no-deps -r "$reqs"
 "${pip[@]}" --no-deps "$engine==$version"
-REASONSERVE_BUILD_NATIVE=0 "${pip[@]}" --no-deps --no-build-isolation -e .
 "${pip[@]}" $TEST_DEPS
 "$venv/bin/python" - "$engine" <<'EOF'
 import importlib, sys
@@ -57,4 +67,5 @@ engine = importlib.import_module(sys.argv[1])
 assert "+cpu" in torch.__version__, f"expected the CPU torch, got {torch.__version__}"
 print(f"{sys.argv[1]} {engine.__version__} with torch {torch.__version__}")
 EOF
+refresh_reasonserve
 echo "$want" > "$stamp"
