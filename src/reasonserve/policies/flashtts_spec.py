@@ -67,9 +67,17 @@ class SelectSpec:
     def bins(self, scores: Mapping[str, float]) -> dict[str, int]:
         """Bin index ``j`` in 1..B of every beam (1 = best): equal-count bins by rank, equal
         scores share the bin of the best-ranked among them."""
-        for beam_id, s in scores.items():
-            if isinstance(s, bool) or not isinstance(s, (int, float)) or not math.isfinite(s):
-                raise InvalidArgumentError(f"score of beam {beam_id!r} must be a finite number, got {s!r}")
+        try:  # one C-level pass; the slow loop below only names the culprit
+            ok = math.isfinite(math.fsum(scores.values()))
+        except (TypeError, OverflowError):
+            ok = False
+        if not ok:
+            for beam_id, s in scores.items():
+                if isinstance(s, bool) or not isinstance(s, (int, float)) or not math.isfinite(s):
+                    raise InvalidArgumentError(
+                        f"score of beam {beam_id!r} must be a finite number, got {s!r}"
+                    )
+            raise InvalidArgumentError("scores are too large to rank (their sum overflows)")
         ranked = sorted(scores.items())  # by beam id, then (stable) by score, best first
         ranked.sort(key=itemgetter(1), reverse=True)
         n, out = len(ranked), {}
