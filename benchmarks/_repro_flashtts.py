@@ -42,6 +42,7 @@ from reasonserve.policies.flashtts import (
     TwoPhaseSpeculation,
 )
 from reasonserve.policies.flashtts_control import SpeculationState
+from reasonserve.policies.lpm import LPMPolicy
 from reasonserve.sim.beam_search import (
     BEAM_SETTINGS,
     BeamRequest,
@@ -130,7 +131,8 @@ def _big_view(n: int) -> SchedulerView:
 
 
 def decide_speed() -> dict:
-    """Median ms of each FlashTTS decision at 1,000 and 10,000 queued beams."""
+    """Median ms of each FlashTTS decision at 1,000 and 10,000 queued beams, with SGLang-style
+    LPM (the closest existing ranked policy) measured beside it as a reference for load."""
     sel, out = SelectSpec(branching=4), {}
     gen, ver = BEAM_SETTINGS["1.5b+1.5b"].costs()
     allocator = RooflineKVAllocator(gen, ver)
@@ -141,6 +143,7 @@ def decide_speed() -> dict:
         pots = sel.potentials(scores)
         state = SpeculationState(frozenset(r.request_id for r in view.running[::2]), True)
         cases = {
+            "lpm.decide (reference)": lambda: LPMPolicy().decide(view),
             "prefix_aware.decide": lambda: PrefixAwarePolicy().decide(view),
             "two_phase.decide": lambda: TwoPhaseSpeculation().decide(view, state),
             "selectspec.potentials": lambda: sel.potentials(scores),
