@@ -132,3 +132,14 @@ def test_recorded_pool_loads_with_one_score_per_step():
     pool = load_step_pool(next(DATA.glob("*.jsonl")), max_problems=20)
     assert len(pool.prompt_tokens) == 20 and len(pool.trajectories) == 60
     assert all(tokens >= 1 and 0.0 <= score <= 1.0 for t in pool.trajectories for tokens, score in t)
+
+
+def test_a_verifier_without_prefix_caching_prefills_whole_beams():
+    requests = poisson_beam_requests(_pool(), rate_per_s=0.5, num_requests=3, seed=5)
+    cached = _run(requests)
+    uncached = _run(requests, verifier_prefix_caching=False)
+    assert uncached.selections == cached.selections
+    assert uncached.summary()["verifier_prefill_tokens"] > cached.summary()["verifier_prefill_tokens"]
+    assert uncached.summary()["mean_latency_s"] > cached.summary()["mean_latency_s"]
+    with pytest.raises(InvalidArgumentError):
+        BeamServeConfig(SETTING, SEARCH, verifier_prefix_caching=None)  # type: ignore[arg-type]

@@ -41,9 +41,10 @@ class BeamServeConfig:
     lookahead: bool | None = None  # None: on with speculation
     max_num_seqs: int = 256  # vLLM's default, per model, when not set by the allocator
     truncation_mean: float = 0.85
+    verifier_prefix_caching: bool = True  # False: the verifier prefills whole beams every iteration
 
     def __post_init__(self) -> None:
-        for fname in ("prefix_aware", "roofline", "speculation"):
+        for fname in ("prefix_aware", "roofline", "speculation", "verifier_prefix_caching"):
             if not isinstance(getattr(self, fname), bool):
                 raise InvalidArgumentError(f"{fname} must be a bool, got {getattr(self, fname)!r}")
         if self.lookahead not in (None, True, False):

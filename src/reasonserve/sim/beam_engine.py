@@ -123,8 +123,12 @@ class VerifyTask:
 
 
 class Verifier:
-    def __init__(self, cost: RooflineCostModel, capacity_tokens: int, max_seqs: int, sizes: dict[str, int]):
+    def __init__(
+        self, cost: RooflineCostModel, capacity_tokens: int, max_seqs: int, sizes: dict[str, int],
+        prefix_caching: bool = True,
+    ) -> None:  # fmt: skip
         self.cost, self.cache, self.max_seqs, self.sizes = cost, NodeCache(capacity_tokens), max_seqs, sizes
+        self.prefix_caching = prefix_caching  # off: every request prefills its whole sequence
         self.queue: deque[VerifyTask] = deque()
         self.prefill_tokens = 0
 
@@ -146,5 +150,7 @@ class Verifier:
             batch.append(self.queue.popleft())
         for task in batch:
             self.cache.unpin(task.nodes)
+        if not self.prefix_caching:
+            self.cache.make_room(self.cache.capacity)  # forget every cached prefix
         self.prefill_tokens += sum(m for m, _ in chunks)
         return self.cost.step_s([c for c in chunks if c[0] > 0]) or self.cost.step_overhead_s, batch

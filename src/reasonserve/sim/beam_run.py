@@ -64,7 +64,7 @@ class BeamRun:
         cap_g, cap_v = max(floor, int(gen_bytes // kv_g)), max(floor, int(ver_bytes // kv_v))
         self.capacities = {"generator": cap_g, "verifier": cap_v}
         self.gen = Generator(gen_cost, cap_g, seats_g, self.sizes)
-        self.ver = Verifier(ver_cost, cap_v, seats_v, self.sizes)
+        self.ver = Verifier(ver_cost, cap_v, seats_v, self.sizes, cfg.verifier_prefix_caching)
 
     def run(self) -> BeamServeResult:
         while True:
