@@ -108,7 +108,7 @@ def force_seeded(
 
 def _draw(logits, rows, params, positions) -> list[int | None]:
     try:
-        return _sample_rows(logits, rows, params, positions)
+        return list(_sample_rows(logits, rows, params, positions))
     except (InvalidArgumentError, InvalidTypeError):
         out: list[int | None] = []
         for i, row in enumerate(rows):
@@ -120,7 +120,7 @@ def _draw(logits, rows, params, positions) -> list[int | None]:
         return out
 
 
-def _sample_rows(logits, rows, params, positions) -> list[int]:
+def _sample_rows(logits, rows, params, positions) -> list[int | None]:
     picked = logits[torch.tensor(rows, device=logits.device)]
     tokens = sample(
         picked,

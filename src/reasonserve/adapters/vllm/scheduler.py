@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import logging
 import time
+from typing import Any
 
 from vllm.v1.core.sched.async_scheduler import AsyncScheduler
 from vllm.v1.core.sched.request_queue import SchedulingPolicy
@@ -36,6 +37,13 @@ _log = logging.getLogger(__name__)
 
 class _PhaseAware:
     """The reordering shared by the async and the synchronous variants."""
+
+    # vLLM's Scheduler provides these; every concrete class below derives from it.
+    policy: SchedulingPolicy
+    vllm_config: Any
+    running: list
+    waiting: Any
+    requests: dict
 
     def _init_phase_aware(self) -> None:
         if self.policy != SchedulingPolicy.FCFS:
