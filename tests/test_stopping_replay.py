@@ -85,3 +85,16 @@ def test_missing_label_fields_name_the_row(tmp_path):
         fh.write(json.dumps({"problem_id": 1, "rollout_id": 0, "dataset": "math500", "target": "1"}) + "\n")
     with pytest.raises(InvalidArgumentError, match=r"labels\.jsonl:11: .*tokens_used"):
         load_run(folders[0])
+
+
+def test_text_probing_hands_the_reasoning_text_between_probes_to_the_rules():
+    from reasonserve.replay import cot
+
+    words = " ".join(f"w{i}" for i in range(200))
+    text = f"<think> {words} Wait, so the answer is 7. Let me verify. {words} </think>"
+    tr = cot.trace_trajectory(("d", "0", "0"), "r", text, "7", "7", interval_tokens=64)
+    observations = tr.observations()
+    assert len(observations) == len(tr.positions) >= 5
+    assert "".join(o.reasoning_tail for o in observations) == text[: len("".join(tr.tails))]
+    assert text.startswith("".join(tr.tails)) and all(o.reasoning_tail for o in observations)
+    assert any("Let me verify" in o.reasoning_tail for o in observations)

@@ -11,7 +11,9 @@ cut there is read from the text. Exactly:
   last brace-balanced ``\\boxed{...}`` or the text after the last "answer is" (to the
   end of its line or sentence), whichever ends later. Bare numbers are not answers
   here: inside reasoning they are mostly intermediate values;
-* the full-trace baseline answers the recorded final answer.
+* the full-trace baseline answers the recorded final answer;
+* each probe carries the reasoning text since the previous probe (``Trajectory.tails``),
+  for stopping rules that read the reasoning text.
 
 The trajectories then go through the same rules and cross-validated calibration as
 ``replay probes``, so text probing and real probing can be compared on the same models.
@@ -77,10 +79,12 @@ def trace_trajectory(key, run: str, text: str, final_answer: str | None, target:
     answers = _answers_by_end(text)
     ends = [e for e, _ in answers]
     classes = AnswerClasses()
-    positions, counted, raw = [], [], []
+    positions, counted, raw, tails = [], [], [], []
     for t in range(interval_tokens, len(token_ends), interval_tokens):
         i = bisect.bisect_right(ends, token_ends[t - 1]) - 1
         raw.append(answers[i][1] if i >= 0 else None)
+        since = token_ends[t - interval_tokens - 1] if t > interval_tokens else 0
+        tails.append(text[since : token_ends[t - 1]])
         counted.append(classes.add(raw[-1]))
         positions.append(t)
     final_cid = classes.add(final_answer) if final_answer else -1
@@ -89,7 +93,7 @@ def trace_trajectory(key, run: str, text: str, final_answer: str | None, target:
     return Trajectory(key, run, target, len(token_ends), final_cid,
                       bool(final_answer) and equivalent(final_answer, target), False, tuple(positions),
                       tuple(counted), tuple(counted), correct, run_at, current_at,
-                      interval=interval_tokens, answers=tuple(raw))  # fmt: skip
+                      interval=interval_tokens, answers=tuple(raw), tails=tuple(tails))  # fmt: skip
 
 
 def load_traces(path: str | pathlib.Path, *, interval_tokens: int = 64) -> list[Trajectory]:
