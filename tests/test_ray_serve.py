@@ -145,6 +145,29 @@ def test_migration_at_the_phase_boundary_keeps_the_output_bit_identical(cluster)
 
 
 
+def test_a_cancelled_request_is_aborted_on_its_replica(cluster):
+    """A client that goes away (its task cancelled) frees the request's KV on the replica:
+    the next stats show no blocks held anywhere."""
+    client = PhaseAwareClient(cluster["handle"], None)
+    sent: list[int] = []
+    job = Job("cancel-me", (5, 5, 5), SamplingParams(max_tokens=900, ignore_eos=True, seed=4))
+
+    async def body():
+        task = asyncio.create_task(client.run(job, sent.extend))
+        while len(sent) < 5 and not task.done():
+            await asyncio.sleep(0.01)
+        assert not task.done(), task.result()
+        task.cancel()
+        await asyncio.sleep(1.0)  # the abort, then fresh stats
+        probe = Job("after-cancel", (5,), SamplingParams(max_tokens=2, seed=1))
+        await client.run(probe)
+
+    asyncio.run(body())
+    decision, _ = cluster["log"].of("after-cancel", "place")[-1]
+    assert decision.fallback is None, decision.fallback
+    assert [load.kv_blocks_footprint for load in decision.loads] == [0, 0, 0], decision.loads
+
+
 def test_the_openai_ingress_serves_completions_through_the_replicas(cluster):
     url = f"http://127.0.0.1:{cluster['port']}/v1/completions"
     body = {"model": "tiny", "prompt": [1, 2, 3, 4, 5], "max_tokens": MAX_TOKENS, "temperature": 0, "seed": 3,
@@ -199,7 +222,7 @@ def test_killed_replicas_resume_or_fail_cleanly_and_are_never_chosen_again(clust
     async def body():
         a = asyncio.create_task(resilient.run(Job("kill-a", (9, 8, 7), params), sent.extend))
         b = asyncio.create_task(fragile.run(Job("kill-b", (9, 8, 7, 6), params)))
-        while len(sent) < 10:
+        while len(sent) < 10 and not a.done():
             await asyncio.sleep(0.01)
         victims = {d.chosen for name in ("kill-a", "kill-b") for d, _ in cluster["log"].of(name, "place")}
         for replica_id in victims:

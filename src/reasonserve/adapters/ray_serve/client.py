@@ -84,12 +84,19 @@ class PhaseAwareClient:
 
     async def run(self, job: Job, on_tokens: Callable[[list[int]], None] | None = None) -> Outcome:
         out = Outcome(job.request_id, time.monotonic())
-        stream = self._call("generate", job)
+        current = [self._call("generate", job)]
+        try:
+            return await self._follow(job, out, current, on_tokens)
+        finally:
+            if out.finish_reason is None:  # failed or cancelled (client gone): stop the replica's work
+                current[0].cancel()
+
+    async def _follow(self, job: Job, out: Outcome, current: list, on_tokens) -> Outcome:
         asked = self.eot is None or not self.migrate
         while True:
             try:
                 switched = None
-                async for event in stream:
+                async for event in current[0]:
                     if "error" in event:
                         raise RequestFailedError(event["error"], event.get("status", 500))
                     self._take(out, event, on_tokens)
@@ -101,13 +108,11 @@ class PhaseAwareClient:
                         if switched is not None:
                             break
                 if switched is None:
-                    raise ReplicaFailedError(
-                        f"replica {out.replicas[-1:]} ended request {job.request_id} early"
-                    )
-                stream.cancel()
-                stream = switched
+                    raise ReplicaFailedError(f"{out.replicas[-1:]} ended request {job.request_id} early")
+                current[0].cancel()
+                current[0] = switched
             except _REPLICA_GONE as err:
-                stream = self._resume(job, out, err)
+                current[0] = self._resume(job, out, err)
 
     def _take(self, out: Outcome, event: dict, on_tokens) -> None:
         new = out.take(event)
