@@ -154,3 +154,17 @@ def test_a_job_needs_a_seed_and_a_known_kind():
         Job("q", (1,), SamplingParams(max_tokens=4))
     with pytest.raises(InvalidArgumentError, match="kind"):
         Job("q", (1,), PARAMS, kind="teleport")
+
+
+def test_serve_replicas_reports_bad_input_in_one_line(tmp_path, capsys):
+    import importlib.util
+
+    from reasonserve.cli import main
+    from reasonserve.engine import make_tiny_checkpoint
+
+    path = make_tiny_checkpoint(tmp_path / "tiny")
+    assert main(["serve", "--model", str(path), "--replicas", "0"]) == 2
+    err = capsys.readouterr().err
+    has_ray = importlib.util.find_spec("ray") is not None
+    assert ("num_replicas must be an int >= 1" if has_ray else "needs Ray Serve") in err
+    assert "Traceback" not in err

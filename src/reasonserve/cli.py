@@ -8,7 +8,7 @@ import pathlib
 import sys
 from collections.abc import Sequence
 
-from reasonserve.core.errors import InvalidArgumentError, ReasonserveError
+from reasonserve.core.errors import ImplementationUnavailableError, InvalidArgumentError, ReasonserveError
 
 __all__ = ["main"]
 
@@ -178,7 +178,12 @@ def _serve(args) -> int:
                       drain_timeout_s=args.drain_timeout_s)  # fmt: skip
     if args.replicas is not None:  # Ray Serve replicas (issue 17)
         from reasonserve.adapters.ray_serve import RayServeConfig
-        from reasonserve.adapters.ray_serve.local import run_local
+
+        try:
+            from reasonserve.adapters.ray_serve.local import run_local
+        except ImportError as err:
+            hint = "--replicas needs Ray Serve: pip install 'reasonserve[ray]'"
+            raise ImplementationUnavailableError(hint) from err
 
         replicas = RayServeConfig(model=args.model, num_replicas=args.replicas, engine=engine_cfg,
                                   router=args.router, serve=cfg)  # fmt: skip
@@ -216,7 +221,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         # Calibration is the cross-validated selection inside replay; it prints its choice.
         return _reporting_errors(args.command, lambda: _replay(args, sys.stdout))
     if args.command == "serve":
-        return _serve(args)
+        return _reporting_errors("serve", lambda: _serve(args))
     if args.command == "sim":
         from reasonserve.sim.cli import run_sim
 
