@@ -47,3 +47,11 @@ def test_adapters_import_without_the_engines():
     assert "SeededSamplingPlugin" in reasonserve.adapters.vllm.__all__
     assert "register" in reasonserve.adapters.sglang.__all__
     assert reasonserve.adapters.cli.engine_command("vllm").argv[:2] == ("vllm", "serve")
+
+
+def test_the_seeded_sglang_shim_needs_the_processor_string():
+    from reasonserve.adapters.sglang import SeededSGLangShim
+    from reasonserve.core.errors import InvalidArgumentError
+
+    with pytest.raises(InvalidArgumentError, match="to_str"):
+        SeededSGLangShim()

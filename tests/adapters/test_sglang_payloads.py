@@ -85,3 +85,17 @@ def test_tokenize_bodies_are_valid_tokenize_requests():
     assert path == "/tokenize"
     assert not set(body) - set(TokenizeRequest.model_fields)
     assert TokenizeRequest.model_validate(body).add_special_tokens is False
+
+
+def test_the_seeded_shim_names_the_processor_that_sglang_unpickles_and_runs():
+    from sglang.srt.sampling.custom_logit_processor import CustomLogitProcessor
+
+    from reasonserve.adapters.sglang import SeededSamplingProcessor, SeededSGLangShim
+
+    shim = SeededSGLangShim(processor=SeededSamplingProcessor.to_str())
+    _, body = shim.payload(CASES["token ids, seeded"], stream=False)
+    assert not set(body) - _dataclass_fields("GenerateReqInput")
+    assert isinstance(CustomLogitProcessor.from_str(body["custom_logit_processor"]), SeededSamplingProcessor)
+    assert body["sampling_params"]["custom_params"] == {"reasonserve_seed": 99}
+    _, plain = shim.payload(CASES["text, greedy"], stream=False)
+    assert "custom_logit_processor" not in plain  # not opted in: SGLang samples as usual
