@@ -154,3 +154,19 @@ def test_shipped_rule_online_equals_offline_on_recorded_trajectories():
     assert online == [_offline_stop(rule, s) for s in items]
     assert any(stop is not None for stop in online)
     assert all(math.isfinite(rule.score(x)) for s in items for x in s.features)
+
+
+def test_a_rule_fitted_on_logprobs_reads_them_deer_style():
+    weights = [0.0] * len(FEATURE_NAMES)
+    weights[FEATURE_NAMES.index("answer_confidence")] = 10.0
+    ones = (1.0,) * len(FEATURE_NAMES)
+    rule = LogisticStopRule(tuple(weights), (0.0,) * len(FEATURE_NAMES), ones, bias=-5.0, threshold=0.5)
+    assert rule.requires == frozenset({"answers", "logprobs"})
+    from reasonserve.certainindex.stopping import ProbeObservation
+
+    unsure = rule.start().observe(ProbeObservation(64, "3", answer_logprobs=(math.log(0.2), math.log(0.2))))
+    sure = rule.start().observe(ProbeObservation(64, "3", answer_logprobs=(math.log(0.9), math.log(0.9))))
+    missing = rule.start().observe(ProbeObservation(64, "3"))
+    assert not unsure.stop and sure.stop and sure.answer == "3" and sure.certainty == pytest.approx(1 / (1 + math.exp(-4)))
+    assert not missing.stop  # no log-probabilities: the confidence feature reads 0
+    assert not rule.start().observe(ProbeObservation(64, None, answer_logprobs=(0.0,))).stop  # no answer, no exit

@@ -41,6 +41,12 @@ from reasonserve.certainindex.probe_consistency import (
 )
 from reasonserve.certainindex.reward import RewardCertainty
 from reasonserve.certainindex.semantic_entropy import SemanticEntropy, entropy_certainty
+from reasonserve.certainindex.stopping import (
+    ProbeObservation,
+    StopDecision,
+    StoppingRule,
+    default_rule,
+)
 from reasonserve.certainindex.tv_stability import TVStability, tv_probe_bound
 
 __all__ = [
@@ -55,15 +61,19 @@ __all__ = [
     "ParetoCapPolicy",
     "ParetoCurve",
     "ProbeConsistency",
+    "ProbeObservation",
     "ProbeTracker",
     "ProgramStatus",
     "RewardCertainty",
     "SemanticEntropy",
+    "StopDecision",
+    "StoppingRule",
     "TVStability",
     "ThresholdPolicy",
     "Verdict",
     "cluster_texts",
     "compare_answers",
+    "default_rule",
     "embedding_model_available",
     "entropy_certainty",
     "equivalent",
