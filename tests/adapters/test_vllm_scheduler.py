@@ -91,9 +91,10 @@ def _preemption_victim(sched) -> str:
     raise AssertionError("no preemption happened")
 
 
-def test_answering_requests_are_preempted_first(make_vllm_config):
+@pytest.mark.parametrize("cls", [PhaseAwareScheduler, PhaseAwareSyncScheduler])
+def test_answering_requests_are_preempted_first(cls, make_vllm_config):
     # 3 blocks of 16 tokens: two 14-token prompts fit, then the third block is contended.
-    assert _preemption_victim(_scheduler(PhaseAwareSyncScheduler, make_vllm_config, num_blocks=3)) == "A"
+    assert _preemption_victim(_scheduler(cls, make_vllm_config, num_blocks=3)) == "A"
 
 
 def test_vllm_fcfs_preempts_the_latest_request(make_vllm_config):
