@@ -4,6 +4,8 @@ power-of-two-choices router) behind the OpenAI-compatible :class:`OpenAIIngress`
 
 from __future__ import annotations
 
+from typing import Any
+
 from ray import serve
 from ray.serve.config import RequestRouterConfig
 
@@ -20,7 +22,7 @@ __all__ = ["build_app", "from_args", "replica_deployment", "router_config"]
 def router_config(config: RayServeConfig) -> RequestRouterConfig:
     """Stats every ``stats_period_s``; a replica that does not answer within three periods
     is skipped for that round (Ray Serve keeps its last stats, which then turn stale)."""
-    common = {
+    common: dict[str, Any] = {
         "request_routing_stats_period_s": config.stats_period_s,
         "request_routing_stats_timeout_s": 3 * config.stats_period_s,
     }
@@ -32,15 +34,13 @@ def router_config(config: RayServeConfig) -> RequestRouterConfig:
         "block_size": config.engine.block_size,
         "max_stats_age_s": config.max_stats_age_s,
     }
-    return RequestRouterConfig(
-        request_router_class=PascalRequestRouter, request_router_kwargs=kwargs, **common
-    )
+    common.update(request_router_class=PascalRequestRouter, request_router_kwargs=kwargs)
+    return RequestRouterConfig(**common)
 
 
 def replica_deployment(config: RayServeConfig, engine_kwargs: dict | None = None):
     """The :class:`EngineReplica` deployment bound to ``config`` (an Application)."""
     deployment = serve.deployment(
-        EngineReplica,
         name="EngineReplica",
         num_replicas=config.num_replicas,
         ray_actor_options={"num_cpus": config.num_cpus_per_replica},
@@ -49,13 +49,13 @@ def replica_deployment(config: RayServeConfig, engine_kwargs: dict | None = None
         health_check_period_s=1.0,
         health_check_timeout_s=10.0,
         graceful_shutdown_timeout_s=5.0,
-    )
+    )(EngineReplica)
     return deployment.bind(config, engine_kwargs)
 
 
 def build_app(config: RayServeConfig):
     """The whole app: ingress -> replicas. ``serve.run(build_app(cfg))`` starts it."""
-    ingress = serve.deployment(OpenAIIngress, name="OpenAIIngress", ray_actor_options={"num_cpus": 0})
+    ingress = serve.deployment(name="OpenAIIngress", ray_actor_options={"num_cpus": 0})(OpenAIIngress)
     return ingress.bind(replica_deployment(config), config)
 
 
@@ -69,7 +69,7 @@ def from_args(args: dict[str, str]):
     unknown = sorted(set(args) - set(_ARGS))
     if unknown or "model" not in args:
         raise InvalidArgumentError(f"from_args takes {_ARGS} (model required), got unknown {unknown}")
-    eot = _int(args, "end_of_thinking_token_id", None)
+    eot = _int(args, "end_of_thinking_token_id", 0) if "end_of_thinking_token_id" in args else None
     engine = EngineConfig(block_size=_int(args, "block_size", 16), num_blocks=_int(args, "num_blocks", 512),
                           end_of_thinking_token_id=eot)  # fmt: skip
     config = RayServeConfig(model=args["model"], num_replicas=_int(args, "replicas", 2), engine=engine,
@@ -77,7 +77,7 @@ def from_args(args: dict[str, str]):
     return build_app(config)
 
 
-def _int(args: dict[str, str], key: str, default: int | None) -> int | None:
+def _int(args: dict[str, str], key: str, default: int) -> int:
     if key not in args:
         return default
     try:

@@ -69,7 +69,7 @@ def rank(
     stats, why = _fresh(candidates, now_s, max_age_s)
     if stats is None:
         current = job.current_replica
-        if job.kind == "answer" and current in candidates:  # no migration decided blind
+        if job.kind == "answer" and current is not None and current in candidates:  # no blind migration
             default = (current, *(r for r in default if r != current))
         return Decision(default, (), why)
     loads = tuple(_load(r, stats[r], recent.get(r, ())) for r in ids)

@@ -24,7 +24,7 @@ from reasonserve.adapters.ray_serve.stats import measure
 from reasonserve.engine import Engine
 from reasonserve.policies.pacer import TokenPacer
 from reasonserve.serve.errors import ApiError
-from reasonserve.serve.runner import EngineRunner
+from reasonserve.serve.runner import EngineRunner, Event
 
 __all__ = ["EngineReplica", "MigratableEngine"]
 
@@ -47,7 +47,9 @@ class EngineReplica:
         """``engine_kwargs``: passed to :meth:`Engine.from_pretrained` (e.g. a ``policy``
         object; benchmarks pass ``fast_path_fault`` to script phase lengths)."""
         torch.set_num_threads(config.torch_threads_per_replica)
-        self.engine = MigratableEngine.from_pretrained(config.model, config.engine, **(engine_kwargs or {}))
+        engine = MigratableEngine.from_pretrained(config.model, config.engine, **(engine_kwargs or {}))
+        assert isinstance(engine, MigratableEngine)
+        self.engine = engine
         self.runner = EngineRunner(self.engine, max_queued_requests=config.max_ongoing_requests)
         self.replica_id = serve.get_replica_context().replica_id.unique_id
         self.pacer, self.quantum_tokens = TokenPacer(config.tpot_s), config.quantum_tokens
@@ -75,7 +77,7 @@ class EngineReplica:
             raise RuntimeError(f"the engine loop is not running: {self.runner.error!r}")
 
     async def _stream(self, job: Job) -> AsyncIterator[dict]:
-        rid, queue = job.request_id, asyncio.Queue()
+        rid, queue = job.request_id, asyncio.Queue[Event]()
         if job.committed:
             self.engine.committed[rid] = list(job.committed)
         try:
@@ -95,10 +97,9 @@ class EngineReplica:
                     done = True
                     yield {"replica": self.replica_id, "error": event.error, "status": 500}
                     return
-                done = event.finished is not None
-                out = {"replica": self.replica_id, "tokens": tokens}
-                if done:
-                    out["finish_reason"] = event.finished.finish_reason
+                out: dict[str, object] = {"replica": self.replica_id, "tokens": tokens}
+                if event.finished is not None:
+                    done, out["finish_reason"] = True, event.finished.finish_reason
                 yield out
         finally:
             self._here.discard(rid)

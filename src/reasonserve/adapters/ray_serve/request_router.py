@@ -22,12 +22,14 @@ from ray.serve.request_router import PendingRequest, ReplicaID, RequestRouter, R
 
 from reasonserve.adapters.ray_serve.job import Job
 from reasonserve.adapters.ray_serve.ranking import Decision, Placement, rank
+from reasonserve.core.errors import InvalidArgumentError
 from reasonserve.policies.router import PascalRouter
 
 __all__ = ["PascalRequestRouter"]
 
 _log = logging.getLogger("reasonserve.ray_serve")
 _FALLBACK_LOG_EVERY_S = 10.0
+_KWARGS = {"migrate": True, "adaptive": True, "block_size": 16, "max_stats_age_s": 0.6}  # and defaults
 
 
 class PascalRequestRouter(RequestRouter):
@@ -35,11 +37,13 @@ class PascalRequestRouter(RequestRouter):
     ``adaptive`` (PASCAL's flags), ``block_size`` (the replicas' KV block size),
     ``max_stats_age_s`` (older stats are stale)."""
 
-    def initialize_state(
-        self, migrate: bool = True, adaptive: bool = True, block_size: int = 16, max_stats_age_s: float = 0.6
-    ) -> None:
-        self.policy = PascalRouter(migrate=migrate, adaptive=adaptive)
-        self.block_size, self.max_stats_age_s = block_size, max_stats_age_s
+    def initialize_state(self, **kwargs: Any) -> None:
+        unknown = sorted(set(kwargs) - set(_KWARGS))
+        if unknown:
+            raise InvalidArgumentError(f"PascalRequestRouter takes {sorted(_KWARGS)}, got unknown {unknown}")
+        given = {**_KWARGS, **kwargs}
+        self.policy = PascalRouter(migrate=given["migrate"], adaptive=given["adaptive"])
+        self.block_size, self.max_stats_age_s = int(given["block_size"]), float(given["max_stats_age_s"])
         self.recent: dict[str, list[Placement]] = defaultdict(list)
         self.in_flight: dict[str, int] = defaultdict(int)
         self.last_decision: Decision | None = None
@@ -53,7 +57,7 @@ class PascalRequestRouter(RequestRouter):
             return []
         by_id = {r.replica_id.unique_id: r for r in candidate_replicas}
         job = _job_of(pending_request)
-        if job is None:  # not an engine request: least in-flight first
+        if job is None or pending_request is None:  # not an engine request: least in-flight first
             order = sorted(by_id, key=lambda r: (self.in_flight[r], r))
             return [[by_id[r] for r in order]]
         now = time.time()
@@ -84,8 +88,10 @@ class PascalRequestRouter(RequestRouter):
         self._placed[key] = (rid, job, placement)
 
     def _unplace(self, key: str) -> None:
-        rid, _, placement = self._placed.pop(key, (None, None, None))
-        if rid is not None and placement in self.recent.get(rid, ()):
+        if key not in self._placed:
+            return
+        rid, _, placement = self._placed.pop(key)
+        if placement in self.recent.get(rid, ()):
             self.recent[rid].remove(placement)
 
     def on_request_routed(self, pending_request: PendingRequest, replica_id: ReplicaID, result: Any) -> None:
