@@ -203,7 +203,10 @@ def main() -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--data", default=str(ROOT.parent / "shared" / "data"))
     p.add_argument("--out", default=str(RESULTS / "ray_serve.json"))
+    p.add_argument("--routers", default="pow2,pascal,pascal-nomigrate", help="run in this order")
     args = p.parse_args()
+    if set(args.routers.split(",")) - {"pow2", "pascal", "pascal-nomigrate"}:
+        p.error(f"--routers takes pow2, pascal, pascal-nomigrate; got {args.routers!r}")
     torch.set_num_threads(1)  # like each replica; the replicas share this machine's cores
     n = args.requests or (40 if args.quick else 120)
     import tempfile
@@ -215,12 +218,12 @@ def main() -> int:
     requests = poisson_workload(table, args.rate, n, args.seed)
     prof = profile(path, table, args.seed)
     results = {"machine": machine("cpu"), "workload": table.source, "requests": n, "rate_per_s": args.rate,
-               "seed": args.seed, "scale": args.scale,
+               "seed": args.seed, "scale": args.scale, "order": args.routers,
                "profile_coefficients": prof.coefficients, "real": {}, "sim": {}}  # fmt: skip
     os.environ.setdefault("RAY_raylet_start_wait_time_s", "120")  # a loaded machine registers slowly
     ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False)
     try:
-        for router in ("pow2", "pascal", "pascal-nomigrate"):
+        for router in args.routers.split(","):
             t0 = time.monotonic()
             run = run_real(router, path, requests, args)
             handoff = percentile(run.handoff_s, 50) if run.handoff_s else None
