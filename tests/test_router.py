@@ -49,6 +49,7 @@ def test_algorithm2_decision_table(loads, current, need, full, nomig, nonadaptiv
         (lambda: PascalRouter().route_transition(None, "0", [_load("0")], -1), "blocks_needed"),
         (lambda: PascalRouter(migrate=False).route_transition(None, "x", [_load("0")], 1), "current_id"),
         (lambda: LeastKVRouter().route_transition(None, "0", [], 1), "instances"),
+        (lambda: PascalRouter().route_transition(None, "0", [_load("0")], 1, stay_blocks_needed=-1), "stay_"),
         (lambda: InstanceLoad("0", -1), "kv_blocks_footprint"),
         (lambda: InstanceLoad("0", 0, True, -1), "num_reasoning"),
         (lambda: InstanceLoad("0", 0, True, 0, -2), "num_fresh_answering"),
@@ -63,3 +64,15 @@ def test_invalid_inputs_raise(call, match) -> None:
 def test_instance_id_type_checked() -> None:
     with pytest.raises(InvalidTypeError, match="instance_id"):
         InstanceLoad(3, 0)
+
+
+def test_staying_needs_only_room_to_go_on():
+    """Adaptive migration with a separate stay requirement: the current instance keeps the
+    request when it has ``stay_blocks_needed`` free and the choice lacks ``blocks_needed``."""
+    loads = [_load("0", r=5, free=2), _load("1", r=0, free=5)]
+    assert PascalRouter().route_transition(None, "0", loads, 10) == "1"  # current lacks 10 too: move
+    assert PascalRouter().route_transition(None, "0", loads, 10, stay_blocks_needed=1) == "0"
+    assert PascalRouter().route_transition(None, "0", loads, 10, stay_blocks_needed=3) == "1"
+    assert PascalRouter().route_transition(None, "0", loads, 4, stay_blocks_needed=1) == "1"  # choice has room
+    assert PascalRouter(adaptive=False).route_transition(None, "0", loads, 10, stay_blocks_needed=1) == "1"
+    assert LeastKVRouter().route_transition(None, "0", loads, 10, stay_blocks_needed=1) == "0"

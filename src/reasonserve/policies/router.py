@@ -49,7 +49,13 @@ class Router(Protocol):
     def route(self, request: RequestView, instances: Sequence[InstanceLoad]) -> str: ...
 
     def route_transition(
-        self, request: RequestView, current_id: str, instances: Sequence[InstanceLoad], blocks_needed: int
+        self,
+        request: RequestView,
+        current_id: str,
+        instances: Sequence[InstanceLoad],
+        blocks_needed: int,
+        *,
+        stay_blocks_needed: int | None = None,
     ) -> str: ...
 
 
@@ -58,11 +64,16 @@ def _check(instances: Sequence[InstanceLoad]) -> None:
         raise InvalidArgumentError("instances must be a non-empty sequence of InstanceLoad")
 
 
-def _check_transition(current_id: str, instances: Sequence[InstanceLoad], blocks_needed: int) -> InstanceLoad:
+def _check_transition(
+    current_id: str, instances: Sequence[InstanceLoad], blocks_needed: int, stay_blocks_needed: int | None
+) -> InstanceLoad:
     """Validate a transition query; return the current instance's load."""
     _check(instances)
     if not isinstance(blocks_needed, int) or isinstance(blocks_needed, bool) or blocks_needed < 0:
         raise InvalidArgumentError(f"blocks_needed must be an int >= 0, got {blocks_needed!r}")
+    stay = stay_blocks_needed
+    if stay is not None and (not isinstance(stay, int) or isinstance(stay, bool) or stay < 0):
+        raise InvalidArgumentError(f"stay_blocks_needed must be None or an int >= 0, got {stay!r}")
     current = [i for i in instances if i.instance_id == current_id]
     if not current:
         raise InvalidArgumentError(f"current_id {current_id!r} is not one of the instances")
@@ -81,9 +92,15 @@ class LeastKVRouter:
         return min(instances, key=lambda i: (i.kv_blocks_footprint, i.instance_id)).instance_id
 
     def route_transition(
-        self, request: RequestView, current_id: str, instances: Sequence[InstanceLoad], blocks_needed: int
+        self,
+        request: RequestView,
+        current_id: str,
+        instances: Sequence[InstanceLoad],
+        blocks_needed: int,
+        *,
+        stay_blocks_needed: int | None = None,
     ) -> str:
-        _check_transition(current_id, instances, blocks_needed)
+        _check_transition(current_id, instances, blocks_needed, stay_blocks_needed)
         return current_id
 
 
@@ -97,7 +114,9 @@ class PascalRouter:
     SLO-meeting instances the fewest reasoning requests ``r_i``; when none meets its SLO,
     the smallest ``r_i + a_i`` over all. Ties go to the smallest instance id. With
     ``adaptive`` (the paper's adaptive migration) the request stays when its current
-    instance has ``blocks_needed`` free GPU blocks and the chosen one does not.
+    instance has ``stay_blocks_needed`` free GPU blocks (the room to go on there; default
+    ``blocks_needed``) and the chosen one has fewer than ``blocks_needed`` (the room to
+    receive its KV).
     Ablations: ``migrate=False`` (NoMigration: always stay), ``adaptive=False``
     (NonAdaptive: always move to Algorithm 2's choice).
     """
@@ -112,9 +131,16 @@ class PascalRouter:
         return min(ok, key=lambda i: (i.kv_blocks_footprint, i.instance_id)).instance_id
 
     def route_transition(
-        self, request: RequestView, current_id: str, instances: Sequence[InstanceLoad], blocks_needed: int
+        self,
+        request: RequestView,
+        current_id: str,
+        instances: Sequence[InstanceLoad],
+        blocks_needed: int,
+        *,
+        stay_blocks_needed: int | None = None,
     ) -> str:
-        current = _check_transition(current_id, instances, blocks_needed)
+        current = _check_transition(current_id, instances, blocks_needed, stay_blocks_needed)
+        stay_need = blocks_needed if stay_blocks_needed is None else stay_blocks_needed
         if not self.migrate:
             return current_id
         ok = [i for i in instances if i.answering_slo_ok]
@@ -125,7 +151,7 @@ class PascalRouter:
         if (
             self.adaptive
             and chosen.instance_id != current_id
-            and current.free_kv_blocks >= blocks_needed
+            and current.free_kv_blocks >= stay_need
             and chosen.free_kv_blocks < blocks_needed
         ):
             return current_id

@@ -121,8 +121,10 @@ class _Loop:
         if seq.status != "running":
             return
         loads = self.loads(now)
-        need = src.blocks_for(seq.num_computed)
-        k = self.target(self.router.route_transition(src.request_view(seq), src.instance_id, loads, need))
+        need = src.blocks_for(seq.num_computed)  # a target must take its whole KV
+        view = src.request_view(seq)  # staying needs room to go on: one more block of answer tokens
+        chosen = self.router.route_transition(view, src.instance_id, loads, need, stay_blocks_needed=1)
+        k = self.target(chosen)
         if self.instances[k] is src:
             return
         tokens = seq.num_computed
