@@ -256,3 +256,15 @@ def test_the_serve_run_builder_rejects_bad_arguments_by_name():
         from_args({"model": "m", "gpus": "8"})
     with pytest.raises(InvalidArgumentError, match="router"):
         from_args({"model": "m", "router": "random"})
+
+
+def test_the_router_takes_only_the_kwargs_it_knows():
+    from reasonserve.adapters.ray_serve import PascalRequestRouter
+    from reasonserve.core.errors import InvalidArgumentError
+
+    router = PascalRequestRouter.__new__(PascalRequestRouter)  # Ray builds it; only its state here
+    router.initialize_state(migrate=False, block_size=8)
+    assert router.policy == PascalRouter(migrate=False) and router.block_size == 8
+    assert router.max_stats_age_s == 0.6
+    with pytest.raises(InvalidArgumentError, match="unknown \\['adaptve'\\]"):
+        router.initialize_state(adaptve=False)
