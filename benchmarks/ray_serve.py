@@ -160,7 +160,7 @@ class _SimPow2:
         pair = self.rng.sample(list(instances), min(2, len(instances)))
         return min(pair, key=lambda i: (i.kv_blocks_footprint, i.instance_id)).instance_id
 
-    def route_transition(self, request, current_id, instances, blocks_needed) -> str:
+    def route_transition(self, request, current_id, instances, blocks_needed, stay_blocks_needed=None) -> str:
         return current_id
 
 

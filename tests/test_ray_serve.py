@@ -135,8 +135,8 @@ def test_migration_at_the_phase_boundary_keeps_the_output_bit_identical(cluster)
         assert seen.current_replica == current and cluster["eot"] in seen.committed
         assert list(seen.committed) == ref[: len(seen.committed)]
         if decision.fallback is None:
-            blocks = seen.answer_blocks(BLOCK)
-            expected = PascalRouter().route_transition(seen.view(BLOCK), current, decision.loads, blocks)
+            expected = PascalRouter().route_transition(seen.view(BLOCK), current, decision.loads, seen.blocks(BLOCK),
+                                                       stay_blocks_needed=seen.answer_blocks(BLOCK))  # fmt: skip
             assert decision.chosen == expected
         assert out.migrations == (decision.chosen != current)
         assert out.replicas == ([current, decision.chosen] if out.migrations else [current])

@@ -59,19 +59,23 @@ def test_answering_phase_is_algorithm_2_with_adaptive_migration(replicas, commit
     job = Job("q", (1, 2, 3), PARAMS).moved([5] * committed, current, "answer")
     policy = PascalRouter(migrate=migrate, adaptive=adaptive)
     decision = _rank(job, replicas, policy)
-    expected = policy.route_transition(job.view(BLOCK), current, decision.loads, job.answer_blocks(BLOCK))
+    expected = policy.route_transition(job.view(BLOCK), current, decision.loads, job.blocks(BLOCK),
+                                       stay_blocks_needed=job.answer_blocks(BLOCK))  # fmt: skip
     assert decision.fallback is None and decision.chosen == expected
 
 
 def test_adaptive_migration_stays_when_only_the_current_replica_has_room():
     job = Job("q", (1, 2, 3), PARAMS).moved([5] * 10, "b", "answer")
-    need = job.answer_blocks(BLOCK)
-    replicas = {"a": _stats(r=0, free=need - 1), "b": _stats(r=3, free=need)}
+    need, stay = job.blocks(BLOCK), job.answer_blocks(BLOCK)
+    assert stay < need
+    replicas = {"a": _stats(r=0, free=need - 1), "b": _stats(r=3, free=stay)}
     assert _rank(job, replicas).chosen == "b"
     assert _rank(job, replicas, PascalRouter(adaptive=False)).chosen == "a"
     assert _rank(job, replicas, PascalRouter(migrate=False)).chosen == "b"
     replicas["a"] = _stats(r=0, free=need)
     assert _rank(job, replicas).chosen == "a"
+    replicas["a"], replicas["b"] = _stats(r=0, free=need - 1), _stats(r=3, free=stay - 1)
+    assert _rank(job, replicas).chosen == "a"  # no room to stay either: Algorithm 2's choice
 
 
 def test_placements_after_the_stats_count_so_a_burst_is_spread():

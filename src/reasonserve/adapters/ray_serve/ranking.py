@@ -6,8 +6,10 @@ Kept free of Ray so it can be checked against :class:`PascalRouter` directly.
 * New request (``kind="place"``), or one resumed from its committed tokens after its
   replica failed (``kind="resume"``): Algorithm 1, ``PascalRouter.route``.
 * Answering phase (``kind="answer"``): Algorithm 2 with adaptive migration,
-  ``PascalRouter.route_transition``; ``blocks_needed`` is the blocks the answering phase
-  may still need (:meth:`Job.answer_blocks`). When the current replica is no longer a
+  ``PascalRouter.route_transition``: a target needs room for the whole request at its
+  longest (``blocks_needed``, :meth:`Job.blocks`: its prefix is re-prefilled there),
+  staying needs room for the rest of the answer (``stay_blocks_needed``,
+  :meth:`Job.answer_blocks`). When the current replica is no longer a
   candidate (dead, or draining), there is nowhere to stay: Algorithm 2's choice is taken
   without the adaptive rule.
 * Stats measured before a placement the router made do not count it yet: each replica's
@@ -77,10 +79,11 @@ def rank(
     if job.kind != "answer" or job.current_replica is None:
         chosen = policy.route(view, loads)
     elif job.current_replica in candidates:
-        chosen = policy.route_transition(view, job.current_replica, loads, job.answer_blocks(block_size))
+        chosen = policy.route_transition(view, job.current_replica, loads, job.blocks(block_size),
+                                         stay_blocks_needed=job.answer_blocks(block_size))  # fmt: skip
     else:
         blind = PascalRouter(migrate=True, adaptive=False)
-        chosen = blind.route_transition(view, ids[0], loads, job.answer_blocks(block_size))
+        chosen = blind.route_transition(view, ids[0], loads, job.blocks(block_size))
     return Decision((chosen, *(r for r in default if r != chosen)), loads)
 
 
