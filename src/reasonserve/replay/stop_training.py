@@ -250,9 +250,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     items = streams([t for f in folders for t in load_run(f)])
     rule = fit_rule(items, args.tolerance, args.delta)
     rule = rule.with_threshold(rule.threshold, f"learned (shipped, tolerance {100 * args.tolerance:g} pt)")
-    source = (f"Fitted by `python -m reasonserve.replay.stop_training --data ../shared/data "
-              f"--tolerance {args.tolerance}\n--delta {args.delta} --out ...` on {len(items)} trajectories "
-              f"from {len(folders)} probe runs.")  # fmt: skip
+    source = (f"Fitted by `python -m reasonserve.replay.stop_training --data {args.data} "
+              f"--tolerance {args.tolerance} --delta {args.delta}\n--out {args.out}` on {len(items)} "
+              f"trajectories from {len(folders)} probe runs.")  # fmt: skip
     write_default(rule, args.out, source)
     print(f"{rule.name}: threshold {rule.threshold:.6f}; written to {args.out}")
     return 0
