@@ -5,10 +5,11 @@ from __future__ import annotations
 import argparse
 import json
 import pathlib
+from collections.abc import Callable
 from typing import TextIO
 
 from reasonserve.core.errors import InvalidArgumentError
-from reasonserve.policies.router import LeastKVRouter, PascalRouter
+from reasonserve.policies.router import LeastKVRouter, PascalRouter, Router
 from reasonserve.sim.config import SimConfig
 from reasonserve.sim.hardware import HARDWARE
 from reasonserve.sim.metrics import summarize
@@ -22,7 +23,7 @@ from reasonserve.sim.workload import poisson_workload
 __all__ = ["add_sim_parser", "run_sim"]
 
 POLICIES = ("fcfs", "round_robin", "pascal", "dynasor", "app_fifo", "lpm")
-ROUTERS = {
+ROUTERS: dict[str, Callable[[], Router]] = {
     "least_kv": LeastKVRouter,
     "pascal": PascalRouter,
     "pascal_nomigration": lambda: PascalRouter(migrate=False),

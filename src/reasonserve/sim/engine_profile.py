@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from reasonserve.sim.profile import ProfileRow
 
 __all__ = ["measure_engine_steps"]
 
 
-def _step_row(before: list[tuple[object, int, int]], seconds: float) -> ProfileRow | None:
+def _step_row(before: list[tuple[Any, int, int]], seconds: float) -> ProfileRow | None:
     prefill = decode = kv = 0
     for seq, computed, prompt_len in before:
         n = seq.num_computed - computed

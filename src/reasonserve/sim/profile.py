@@ -89,7 +89,8 @@ def fit_profile(rows: Sequence[ProfileRow], source: str = "") -> ProfileTable:
             "profile rows do not vary enough to fit (need steps with different prefill tokens, decode "
             "batch sizes and KV tokens)"
         )
-    return ProfileTable(rows, tuple(float(c) for c in coef), source)
+    c0, c1, c2, c3 = (float(c) for c in coef)
+    return ProfileTable(rows, (c0, c1, c2, c3), source)
 
 
 def save_profile(table: ProfileTable, path: str | pathlib.Path) -> None:
