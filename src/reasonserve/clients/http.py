@@ -22,11 +22,12 @@ from dataclasses import replace
 
 import httpx
 
-from reasonserve.clients._parse import load_json
+from reasonserve.clients._parse import MAX_BODY_BYTES, load_json
 from reasonserve.clients._sse import sse_data
 from reasonserve.clients.errors import (
     HostError,
     HostRejectedError,
+    MalformedResponseError,
     RequestTimeoutError,
     StreamDroppedError,
     TransportError,
@@ -40,6 +41,7 @@ __all__ = ["HTTPClient"]
 
 _NOT_STARTED = (429, 503)
 _IDEMPOTENT_RETRY = (500, 502, 503, 504, 429)
+_ERROR_BODY_BYTES = 64 * 2**10  # an error reply is read this far (its message is kept, not all of it)
 
 
 class HTTPClient:
@@ -75,6 +77,7 @@ class HTTPClient:
         self.max_retries, self.backoff_s = max_retries, backoff_s
         self._tokenizer, self._scorer = tokenizer, scorer
         timeout = httpx.Timeout(timeout_s, connect=connect_timeout_s)
+        self._timeout_s = float(timeout_s)
         self._http = httpx.AsyncClient(
             base_url=base_url.rstrip("/"), timeout=timeout, headers=headers, transport=transport
         )
@@ -133,9 +136,9 @@ class HTTPClient:
         try:
             async with self._http.stream("POST", path, json=body) as resp:
                 if resp.status_code >= 400:
-                    raise _status_error(resp.status_code, (await resp.aread()).decode("utf-8", "replace"))
+                    raise _status_error(resp.status_code, await _read_text(resp, _ERROR_BODY_BYTES))
                 self._streams[rid] = resp
-                async for data in sse_data(resp.aiter_raw()):
+                async for data in sse_data(resp.aiter_raw(), idle_s=self._timeout_s):
                     if data.strip() == "[DONE]":
                         break
                     chunk = self.shim.parse_event(load_json(data, "stream event"), rid, state)
@@ -227,7 +230,7 @@ class HTTPClient:
         for attempt in range(self.max_retries + 1):
             last = attempt == self.max_retries
             try:
-                resp = await self._http.post(path, json=body)
+                status, raw = await self._post_once(path, body)
             except (httpx.ConnectError, httpx.ConnectTimeout) as err:
                 if last:
                     raise TransportError(f"POST {path}: cannot connect: {err}") from None
@@ -238,12 +241,25 @@ class HTTPClient:
                 if last or not idempotent:
                     raise TransportError(f"POST {path}: {type(err).__name__}: {err}") from None
             else:
-                if resp.status_code < 400:
-                    return load_json(resp.content, f"POST {path}")
-                if last or resp.status_code not in retry_status:
-                    raise _status_error(resp.status_code, resp.text)
+                if status < 400:
+                    return load_json(raw, f"POST {path}")
+                if last or status not in retry_status:
+                    raise _status_error(status, raw[:_ERROR_BODY_BYTES].decode("utf-8", "replace"))
             await asyncio.sleep(self.backoff_s * 2**attempt)
         raise AssertionError("unreachable")
+
+    async def _post_once(self, path: str, body: dict) -> tuple[int, bytes]:
+        """One POST; the reply is read up to ``MAX_BODY_BYTES`` (decoded), never all of it."""
+        async with self._http.stream("POST", path, json=body) as resp:
+            limit = MAX_BODY_BYTES if resp.status_code < 400 else _ERROR_BODY_BYTES
+            raw = bytearray()
+            async for piece in resp.aiter_bytes():
+                raw += piece
+                if len(raw) > limit:
+                    if resp.status_code < 400:
+                        raise MalformedResponseError(f"POST {path}: reply larger than {limit} bytes")
+                    break  # an error page: its start is enough
+            return resp.status_code, bytes(raw)
 
 
 def _with_id(req: GenerateRequest) -> GenerateRequest:
@@ -255,6 +271,15 @@ def _cancelling() -> bool:
     abort() and an outer cancellation of the same call cannot be told apart)."""
     cancelling = getattr(asyncio.current_task(), "cancelling", None)
     return cancelling is not None and cancelling() > 0
+
+
+async def _read_text(resp: httpx.Response, limit: int) -> str:
+    raw = bytearray()
+    async for piece in resp.aiter_bytes():
+        raw += piece
+        if len(raw) > limit:
+            break
+    return raw[:limit].decode("utf-8", "replace")
 
 
 def _status_error(status: int, text: str) -> HostError:
