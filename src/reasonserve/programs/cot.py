@@ -30,6 +30,7 @@ from reasonserve.certainindex.stopping import (
     StoppingRule,
     default_rule,
 )
+from reasonserve.clients.errors import MalformedResponseError
 from reasonserve.clients.protocol import EngineClient, GenerateRequest, GenerateResult
 from reasonserve.core.errors import InvalidArgumentError
 from reasonserve.programs._inflight import InFlight
@@ -149,6 +150,9 @@ class _Run:
             if res.token_ids is None:
                 raise InvalidArgumentError("the host returned no token ids; use a text-mode client")
             self.ids += res.token_ids
+        if res.finish_reason == "length" and not (res.token_ids if res.token_ids is not None else res.text):
+            # the budget would never shrink: chunk after chunk, without end
+            raise MalformedResponseError("the host ended a chunk at its length limit without a token")
         n = len(res.token_ids) if res.token_ids is not None else max(1, len(res.text.split()))
         self.reasoning += res.text
         self.trace.tokens_generated += n
