@@ -6,6 +6,7 @@ import pytest
 
 from reasonserve.certainindex.stop_features import FEATURE_NAMES, FeatureState, text_features
 from reasonserve.certainindex.stopping import ProbeObservation
+from reasonserve.core.errors import InvalidArgumentError
 
 
 def _run(stream):
@@ -102,3 +103,14 @@ def test_logprob_features_for_hosts_that_give_them():
 def test_hostile_text_is_bounded():
     _, out = _run([{"position": 64, "answer": "{" * 50_000, "text": "{" * 200_000 + "}", "reasoning_tail": "wait " * 100_000}])
     assert out[0]["text_seen"] == 1 and math.isfinite(out[0]["tail_hesitation"])
+
+
+@pytest.mark.parametrize("positions", [(5000, 100), (5000, 10000, 100), (3000, 0)])
+def test_a_decreasing_position_is_a_typed_error_not_a_math_domain_error(positions):
+    state = FeatureState()
+    for p in positions[:-1]:
+        state.update(ProbeObservation(p, "7", "7}", "so"))
+    with pytest.raises(InvalidArgumentError, match="must not decrease"):
+        state.update(ProbeObservation(positions[-1], "7", "7}", "so"))
+    equal = FeatureState()  # the same position twice is allowed
+    assert equal.update(ProbeObservation(64, "7")) and equal.update(ProbeObservation(64, "7"))

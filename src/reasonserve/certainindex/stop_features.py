@@ -32,6 +32,7 @@ from reasonserve.certainindex.answers import extract_boxed, stated_answer
 from reasonserve.certainindex.equivalence import AnswerClasses
 from reasonserve.certainindex.probe_consistency import HESITATION_WORDS
 from reasonserve.certainindex.stopping import ProbeObservation
+from reasonserve.core.errors import InvalidArgumentError
 
 __all__ = ["FEATURE_NAMES", "FeatureState", "text_features"]
 
@@ -113,6 +114,10 @@ class FeatureState:
         self._recent: deque = deque(maxlen=_RECENT)
 
     def _see_position(self, position: int) -> None:
+        if position < self._last_position:  # the history features take logs of position differences
+            raise InvalidArgumentError(
+                f"probe positions must not decrease within a program: {position} after {self._last_position}"
+            )
         gap = position - self._last_position if self._last_position >= 0 else position
         if gap > 0:
             self._interval = gap if self._interval < 0 else min(self._interval, gap)
