@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from reasonserve.core import Phase
 from reasonserve.core.decisions import Abort, Admit, Order, Preempt
-from reasonserve.core.errors import InvalidArgumentError
+from reasonserve.core.errors import InvalidArgumentError, InvalidTypeError
 from reasonserve.core.views import RequestView, SchedulerView
 from reasonserve.policies import REGISTRY
 from reasonserve.policies.flashtts import (
@@ -281,3 +281,12 @@ def test_allocator_rejects_bad_input(kwargs, match):
         RooflineKVAllocator(gen, "h100")  # type: ignore[arg-type]
     with pytest.raises(InvalidArgumentError, match="allow_offload"):
         RooflineKVAllocator(gen, ver, allow_offload=1)  # type: ignore[arg-type]
+
+
+def test_speculative_ids_are_non_empty_strings_and_a_bare_id_is_not_split():
+    for ids in ({1}, {None}, {""}, {"ok", 2}):
+        with pytest.raises(InvalidTypeError, match="non-empty str"):
+            SpeculationState(frozenset(ids))
+    with pytest.raises(InvalidTypeError, match="sequence of ids"):
+        SpeculationState().with_branches("spec-1")  # would add {"s", "p", "e", "c", "-", "1"}
+    assert SpeculationState().with_branches(["spec-1"]).speculative_ids == frozenset({"spec-1"})

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from reasonserve.core.decisions import Abort, Decision, Preempt
-from reasonserve.core.errors import InvalidArgumentError
+from reasonserve.core.errors import InvalidArgumentError, InvalidTypeError
 from reasonserve.core.views import SchedulerView
 
 __all__ = ["SpeculationState", "TwoPhaseSpeculation"]
@@ -40,9 +40,14 @@ class SpeculationState:
                 "speculative_ids must be a frozenset of request ids, "
                 f"got {type(self.speculative_ids).__name__}"
             )
+        bad = [r for r in self.speculative_ids if not isinstance(r, str) or not r]
+        if bad:
+            raise InvalidTypeError(f"speculative_ids must hold non-empty str request ids, got {bad[0]!r}")
 
     def with_branches(self, request_ids: Sequence[str]) -> SpeculationState:
         """The state after the host added speculative branches ``request_ids``."""
+        if isinstance(request_ids, str):  # a bare id would become a set of its characters
+            raise InvalidTypeError(f"request_ids must be a sequence of ids, got the str {request_ids[:80]!r}")
         return SpeculationState(self.speculative_ids | frozenset(request_ids), self.speculating, self.stops)
 
 
