@@ -1,4 +1,5 @@
-"""Programs against a host that misbehaves: a run must end with a typed error, never loop."""
+"""Programs against a host that misbehaves: a run must end with a typed error, never loop,
+and a run that fails aborts what it started while the client is still in use."""
 
 from __future__ import annotations
 
@@ -6,9 +7,10 @@ import asyncio
 
 import pytest
 
-from reasonserve.clients.errors import MalformedResponseError
+from reasonserve.certainindex.allocation import EvenPolicy
+from reasonserve.clients.errors import HostRejectedError, MalformedResponseError
 from reasonserve.clients.protocol import Capabilities, GenerateResult, ProbeResult
-from reasonserve.programs import CoTWithProbe
+from reasonserve.programs import CoTWithProbe, SelfConsistency
 from reasonserve.programs.trace import ProgramError
 
 
@@ -42,3 +44,64 @@ def test_cot_stops_on_a_host_that_returns_length_without_tokens(token_ids):
         asyncio.run(asyncio.wait_for(program.run(host, "hi"), 5.0))
     assert isinstance(err.value.__cause__, MalformedResponseError)
     assert host.generated <= 2  # the first empty chunk is the last one asked for (the next may be started)
+
+
+class FailingProbeHost:
+    """Chunk 1 returns; chunk 2 runs until aborted; every probe is rejected (a 400)."""
+
+    capabilities = Capabilities(token_ids=False)
+
+    def __init__(self) -> None:
+        self.ids: list[str] = []
+        self.aborted: list[str] = []
+        self.cancelled: list[str] = []
+
+    async def generate(self, req):
+        self.ids.append(req.request_id)
+        if len(self.ids) == 1:
+            return GenerateResult(req.request_id, "one two", None, "length")
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            self.cancelled.append(req.request_id)
+            raise
+
+    async def probe(self, prefix, suffix, max_tokens, *, request_id=None):
+        await asyncio.sleep(0.01)  # chunk 2 has started
+        raise HostRejectedError("probe too long", status=400)
+
+    async def abort(self, request_id):
+        self.aborted.append(request_id)
+
+
+def test_a_failed_run_aborts_its_running_chunk_before_it_returns():
+    host = FailingProbeHost()
+
+    async def go():
+        with pytest.raises(ProgramError) as err:
+            await CoTWithProbe(chunk_tokens=8, max_tokens=64).run(host, "hi")
+        # Still inside the loop, the client still open: nothing may be left running.
+        return err.value
+
+    err = asyncio.run(asyncio.wait_for(go(), 5.0))
+    assert isinstance(err.__cause__, HostRejectedError) and err.trace.num_aborted == 1
+    assert len(host.ids) == 2 and host.aborted == [host.ids[1]] and host.cancelled == [host.ids[1]]
+
+
+class VotingHost:
+    """Sample i (seed i) answers ``answers[i]``."""
+
+    capabilities = Capabilities()
+
+    def __init__(self, answers: str) -> None:
+        self.answers = answers
+
+    async def generate(self, req):
+        return GenerateResult(req.request_id, f"so \\boxed{{{self.answers[req.seed]}}}", None, "stop")
+
+
+def test_self_consistency_breaks_a_tie_by_the_answer_seen_first():
+    program = SelfConsistency(samples_per_step=4, policy=EvenPolicy(4), seed=0)
+    for answers, first in (("BAAB", "B"), ("ABBA", "A")):
+        out = asyncio.run(program.run(VotingHost(answers), "q"))
+        assert out.answer == first, answers
