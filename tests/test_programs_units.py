@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -37,6 +39,8 @@ def test_rebase_split_examples():
     assert allocate([1.0, 1.0], 4, 1.0) == [2, 2]
     assert allocate([10.0, 0.0], 4, 0.1) == [4, 0]
     assert allocate([], 3, 1.0) == []
+    assert allocate([0.0, math.log(1.5)], 3, 1.0) == [1, 2]  # shares 1.2, 1.8: the larger remainder wins
+    assert allocate([math.log(1.5), 0.0], 3, 1.0) == [2, 1]
 
 
 def test_weighted_vote_counts_reward_weight_not_heads():
