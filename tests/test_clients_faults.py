@@ -192,6 +192,23 @@ def test_sglang_cancel_calls_abort_request():
     assert seen[1]["body"] == {"rid": "f-1"}
 
 
+def test_sglang_stream_left_early_calls_abort_request():
+    event = {"text": "a", "output_ids": [1], "meta_info": {}}
+    body = _sse_head() + b"data: " + json.dumps(event).encode() + b"\n\n"
+
+    async def go():
+        async with scripted(body, _response(200, b"{}")) as (url, seen):
+            async with HTTPClient(url, SGLangShim()) as c, contextlib.aclosing(c.stream(REQ)) as chunks:
+                async for chunk in chunks:
+                    assert chunk.text == "a"
+                    break  # the caller needs no more
+            return seen  # the client's close waits for the abort call
+
+    seen = run(go())
+    assert [s["path"] for s in seen] == ["/generate", "/abort_request"]
+    assert seen[1]["body"] == {"rid": "f-1"}
+
+
 def test_an_error_event_mid_stream_is_a_host_error():
     first = {"choices": [{"text": "a", "token_ids": [1], "finish_reason": None}]}
     failed = {"error": {"message": "the engine failed", "type": "InternalServerError", "code": 500}}

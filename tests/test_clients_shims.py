@@ -158,6 +158,8 @@ def test_sse_events_across_arbitrary_splits():
 def test_malformed_sse_is_typed():
     with pytest.raises(MalformedResponseError, match="server-sent"):
         asyncio.run(_collect([b"<html>oops</html>\n\n"]))
+    with pytest.raises(MalformedResponseError, match="server-sent"):  # a field SSE does not define
+        asyncio.run(_collect([b"Content-Type: text/html\n\n"]))
     with pytest.raises(MalformedResponseError, match="UTF-8"):
         asyncio.run(_collect([b"data: \xff\xfe\n\n"]))
     assert asyncio.run(_collect([b'data: {"a":1}'])) == []  # a cut-off event is not delivered
