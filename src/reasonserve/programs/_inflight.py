@@ -9,9 +9,9 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from reasonserve.clients.protocol import EngineClient, GenerateRequest, GenerateResult, ProbeResult
-from reasonserve.programs.trace import Trace
+from reasonserve.programs.trace import ProgramError, ProgramResult, Trace
 
-__all__ = ["InFlight"]
+__all__ = ["InFlight", "run_guarded"]
 
 
 class InFlight:
@@ -64,3 +64,20 @@ class InFlight:
         with contextlib.suppress(Exception):
             await asyncio.wait_for(self.client.abort(rid), timeout=5.0)
         await asyncio.wait({task}, timeout=5.0)
+
+
+async def run_guarded(name: str, body, trace: Trace, flight: InFlight) -> ProgramResult:
+    """Run ``body()``; a failure raises ProgramError with the partial trace; every started
+    request still running is aborted on the way out (cancellation included)."""
+    try:
+        result = await body()
+    except asyncio.CancelledError:
+        trace.finish("cancelled")
+        raise
+    except Exception as err:
+        trace.finish("error")
+        raise ProgramError(f"{name} failed: {type(err).__name__}: {err}", trace) from err
+    finally:
+        await flight.close()
+    trace.finish(trace.exit or "finished")
+    return result

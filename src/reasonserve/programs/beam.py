@@ -18,9 +18,8 @@ from reasonserve.certainindex.answers import extract_answer
 from reasonserve.certainindex.reward import RewardCertainty
 from reasonserve.clients.protocol import EngineClient
 from reasonserve.core.errors import InvalidArgumentError
-from reasonserve.programs._inflight import InFlight
+from reasonserve.programs._inflight import InFlight, run_guarded
 from reasonserve.programs._search import Node, Scorer, StepConfig, expand, resolve_scorer, score_nodes
-from reasonserve.programs.sc import run_guarded
 from reasonserve.programs.trace import ProgramResult, Trace
 
 __all__ = ["BeamSearchPRM"]

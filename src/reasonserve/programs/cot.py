@@ -17,7 +17,6 @@ stops it (eos, stop string) or ``max_tokens``; the answer is then extracted from
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import cast
@@ -33,8 +32,8 @@ from reasonserve.certainindex.stopping import (
 from reasonserve.clients.errors import MalformedResponseError
 from reasonserve.clients.protocol import EngineClient, GenerateRequest, GenerateResult
 from reasonserve.core.errors import InvalidArgumentError
-from reasonserve.programs._inflight import InFlight
-from reasonserve.programs.trace import ProgramError, ProgramResult, Trace
+from reasonserve.programs._inflight import InFlight, run_guarded
+from reasonserve.programs.trace import ProgramResult, Trace
 
 __all__ = ["DEFAULT_PROBE_SUFFIX", "CoTWithProbe", "host_default_rule"]
 
@@ -91,18 +90,8 @@ class CoTWithProbe:
         """Reason on ``prompt`` (text, or token ids for clients with token ids)."""
         trace = trace if trace is not None else Trace("cot")
         flight = InFlight(client, trace, "cot")
-        try:
-            result = await _Run(self, client, flight, trace).go(prompt)
-        except asyncio.CancelledError:
-            trace.finish("cancelled")
-            raise
-        except Exception as err:
-            trace.finish("error")
-            raise ProgramError(f"CoTWithProbe failed: {type(err).__name__}: {err}", trace) from err
-        finally:
-            await flight.close()
-        trace.finish(trace.exit or "finished")
-        return result
+        run = _Run(self, client, flight, trace)
+        return await run_guarded("CoTWithProbe", lambda: run.go(prompt), trace, flight)
 
 
 class _Run:

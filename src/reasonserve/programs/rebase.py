@@ -19,7 +19,7 @@ from reasonserve.certainindex.equivalence import AnswerClasses
 from reasonserve.certainindex.semantic_entropy import SemanticEntropy
 from reasonserve.clients.protocol import EngineClient
 from reasonserve.core.errors import InvalidArgumentError
-from reasonserve.programs._inflight import InFlight
+from reasonserve.programs._inflight import InFlight, run_guarded
 from reasonserve.programs._search import (
     Node,
     Scorer,
@@ -29,7 +29,6 @@ from reasonserve.programs._search import (
     score_nodes,
     weighted_vote,
 )
-from reasonserve.programs.sc import run_guarded
 from reasonserve.programs.trace import ProgramResult, Trace
 
 __all__ = ["Rebase", "allocate"]

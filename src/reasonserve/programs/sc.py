@@ -20,27 +20,10 @@ from reasonserve.certainindex.equivalence import AnswerClasses
 from reasonserve.certainindex.semantic_entropy import SemanticEntropy
 from reasonserve.clients.protocol import EngineClient, GenerateRequest
 from reasonserve.core.errors import InvalidArgumentError
-from reasonserve.programs._inflight import InFlight
-from reasonserve.programs.trace import ProgramError, ProgramResult, Trace
+from reasonserve.programs._inflight import InFlight, run_guarded
+from reasonserve.programs.trace import ProgramResult, Trace
 
-__all__ = ["SelfConsistency", "run_guarded"]
-
-
-async def run_guarded(name: str, body, trace: Trace, flight: InFlight) -> ProgramResult:
-    """Run ``body()``; a failure raises ProgramError with the partial trace; every started
-    request still running is aborted on the way out (cancellation included)."""
-    try:
-        result = await body()
-    except asyncio.CancelledError:
-        trace.finish("cancelled")
-        raise
-    except Exception as err:
-        trace.finish("error")
-        raise ProgramError(f"{name} failed: {type(err).__name__}: {err}", trace) from err
-    finally:
-        await flight.close()
-    trace.finish(trace.exit or "finished")
-    return result
+__all__ = ["SelfConsistency"]
 
 
 @dataclass(frozen=True)
