@@ -3,6 +3,7 @@ program's requests, approximate SJF across programs, escalation after the bound.
 
 import pytest
 
+from _recording import Recording
 from reasonserve.core.decisions import Admit
 from reasonserve.engine import Engine, EngineConfig, SamplingParams, make_tiny_checkpoint
 from reasonserve.policies.dynasor import DynasorPolicy
@@ -11,18 +12,6 @@ from reasonserve.policies.dynasor import DynasorPolicy
 @pytest.fixture(scope="module")
 def ckpt(tmp_path_factory):
     return make_tiny_checkpoint(tmp_path_factory.mktemp("tiny-dynasor"))
-
-
-class Recording:
-    """Delegates to Dynasor and keeps every (view, decisions) pair."""
-
-    def __init__(self, inner):
-        self.inner, self.name, self.steps = inner, inner.name, []
-
-    def decide(self, view):
-        decisions = list(self.inner.decide(view))
-        self.steps.append((view, decisions))
-        return decisions
 
 
 CONFIG = EngineConfig(block_size=4, num_blocks=64, max_num_seqs=2, max_num_batched_tokens=64)

@@ -2,6 +2,7 @@
 
 import pytest
 
+from _recording import Recording
 from reasonserve.core import Phase
 from reasonserve.core.decisions import Admit, Preempt
 from reasonserve.engine import Engine, EngineConfig, SamplingParams, make_tiny_checkpoint
@@ -11,18 +12,6 @@ from reasonserve.policies.pascal import PascalPolicy
 @pytest.fixture(scope="module")
 def ckpt(tmp_path_factory):
     return make_tiny_checkpoint(tmp_path_factory.mktemp("tiny-pascal"))
-
-
-class Recording:
-    """Delegates to PASCAL and keeps every (view, decisions) pair."""
-
-    def __init__(self, inner):
-        self.inner, self.name, self.steps = inner, inner.name, []
-
-    def decide(self, view):
-        decisions = list(self.inner.decide(view))
-        self.steps.append((view, decisions))
-        return decisions
 
 
 PROMPTS = [[(7 * i + j) % 256 for j in range(5 + 3 * i)] for i in range(6)]
