@@ -37,6 +37,17 @@ REQ = GenerateRequest((5, 6, 7), max_tokens=9, temperature=0.0, seed=11, priorit
         ({"prompt": "a", "request_id": ""}, InvalidArgumentError),
         ({"prompt": "a", "extra": {"k": [1]}}, InvalidTypeError),
         ({"prompt": "a", "messages": [("robot", "x")]}, InvalidArgumentError),
+        ({"prompt": "a", "stop": 5}, InvalidTypeError),
+        ({"prompt": "a", "stop": None}, InvalidTypeError),
+        ({"prompt": "a", "messages": None}, InvalidTypeError),
+        ({"prompt": "a", "messages": [5]}, InvalidTypeError),
+        ({"prompt": "a", "extra": {"k": float("nan")}}, InvalidArgumentError),  # JSON has no NaN
+        ({"prompt": "a", "extra": {"k": float("-inf")}}, InvalidArgumentError),
+        ({"prompt": "a\ud800"}, InvalidArgumentError),  # a lone surrogate cannot be sent as UTF-8
+        ({"prompt": "a", "stop": ("\udfff",)}, InvalidArgumentError),
+        ({"prompt": "a", "request_id": "r\ud800"}, InvalidArgumentError),
+        ({"prompt": "a", "extra": {"k": "\ud800"}}, InvalidArgumentError),
+        ({"prompt": "a", "messages": [("user", "\ud800")], "request_id": "r"}, InvalidArgumentError),
     ],
 )
 def test_bad_requests_raise_typed_errors(kwargs, error):

@@ -40,10 +40,28 @@ def _int_in(name: str, value, low: int, high: int) -> None:
         raise InvalidArgumentError(f"{name} must be an int in [{low}, {high}], got {value!r}")
 
 
+def _utf8(name: str, text: str) -> None:
+    """A str the host can be sent as JSON (a lone surrogate cannot be encoded)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as err:
+        raise InvalidArgumentError(f"{name} is not valid Unicode (a lone surrogate at {err.start})") from None
+
+
+def _pairs(name: str, value) -> tuple:
+    """A sequence (not a str) of sequences (not strs), as a tuple of tuples."""
+    if isinstance(value, (str, bytes)) or not isinstance(value, Sequence):
+        raise InvalidTypeError(f"{name} must be a sequence of (role, text) pairs, got {type(value).__name__}")
+    if any(isinstance(m, (str, bytes)) or not isinstance(m, Sequence) for m in value):
+        raise InvalidTypeError(f"{name} must be a sequence of (role, text) pairs")
+    return tuple(tuple(m) for m in value)
+
+
 def _check_prompt(prompt) -> str | tuple[int, ...]:
     if isinstance(prompt, str):
         if not prompt:
             raise InvalidArgumentError("prompt must be a non-empty str or a non-empty list of token ids")
+        _utf8("prompt", prompt)
         return prompt
     if isinstance(prompt, (bytes, Mapping)) or not isinstance(prompt, Sequence):
         kind = type(prompt).__name__
@@ -92,6 +110,8 @@ class GenerateRequest:
                 raise InvalidArgumentError(f"{name} out of range: {value!r} (temperature >= 0; top_p (0, 1])")
         if self.seed is not None:
             _int_in("seed", self.seed, 0, _INT63)
+        if not isinstance(self.stop, (str, Sequence)) or isinstance(self.stop, bytes):
+            raise InvalidTypeError(f"stop must be a str or a sequence of str, got {type(self.stop).__name__}")
         stop = (self.stop,) if isinstance(self.stop, str) else tuple(self.stop)
         if any(not isinstance(s, str) or not s for s in stop) or len(stop) > 16:
             raise InvalidArgumentError("stop must be at most 16 non-empty strings")
@@ -104,11 +124,17 @@ class GenerateRequest:
         for key, value in self.extra.items():
             if not isinstance(key, str) or not isinstance(value, (str, int, float, bool)):
                 raise InvalidTypeError(f"extra[{key!r}] must map a str to a str/int/float/bool")
+            if isinstance(value, float) and not math.isfinite(value):
+                raise InvalidArgumentError(f"extra[{key!r}] must be finite (JSON has no NaN/inf): {value!r}")
         object.__setattr__(self, "extra", dict(self.extra))
-        messages = tuple(tuple(m) for m in self.messages)
+        messages = _pairs("messages", self.messages)
         if any(len(m) != 2 or m[0] not in _ROLES or not isinstance(m[1], str) for m in messages):
             raise InvalidArgumentError(f"messages must be (role, text) pairs with a role in {_ROLES}")
         object.__setattr__(self, "messages", messages)
+        texts = [*stop, self.request_id or "", *(t for _, t in messages)]
+        texts += [t for pair in self.extra.items() for t in pair if isinstance(t, str)]
+        for text in texts:
+            _utf8("a request string (stop, request_id, messages or extra)", text)
 
     @property
     def token_prompt(self) -> bool:
