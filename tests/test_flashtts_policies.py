@@ -290,3 +290,13 @@ def test_speculative_ids_are_non_empty_strings_and_a_bare_id_is_not_split():
     with pytest.raises(InvalidTypeError, match="sequence of ids"):
         SpeculationState().with_branches("spec-1")  # would add {"s", "p", "e", "c", "-", "1"}
     assert SpeculationState().with_branches(["spec-1"]).speculative_ids == frozenset({"spec-1"})
+
+
+def test_selectspec_rank_rejects_a_bare_id_and_potentials_out_of_range():
+    sel = SelectSpec(branching=3)
+    with pytest.raises(InvalidTypeError, match="sequence of beam ids"):
+        sel.rank("ab", {}, 4)  # would rank beams "a" and "b"
+    for bad in (0, 4, 2.5, True, 10**12):  # 10**12 with free_slots 10**12: a list without end
+        with pytest.raises(InvalidArgumentError, match=r"potentials must be ints in \[1, 3\]"):
+            sel.rank(["a"], {"a": bad}, 10**12)
+    assert len(sel.rank(["a"], {"a": 3}, 10**12)) == 3

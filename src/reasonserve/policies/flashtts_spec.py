@@ -26,7 +26,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from operator import itemgetter
 
-from reasonserve.core.errors import InvalidArgumentError
+from reasonserve.core.errors import InvalidArgumentError, InvalidTypeError
 
 __all__ = ["SelectSpec", "SpecSlot"]
 
@@ -100,6 +100,11 @@ class SelectSpec:
         A beam without a potential (no previous score: the first step) gets ``M_i = 1``."""
         if not _is_int(free_slots) or free_slots < 0:
             raise InvalidArgumentError(f"free_slots must be an int >= 0, got {free_slots!r}")
+        if isinstance(finished, str):  # a bare id would rank each of its characters
+            raise InvalidTypeError(f"finished must be a sequence of beam ids, got the str {finished[:80]!r}")
+        bad = [(b, m) for b, m in potentials.items() if not _is_int(m) or not 1 <= m <= self.branching]
+        if bad:
+            raise InvalidArgumentError(f"potentials must be ints in [1, {self.branching}], got {bad[0]}")
         used = used or {}
         buckets: dict[int, list[str]] = {}
         for b in set(finished):
