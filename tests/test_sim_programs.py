@@ -295,3 +295,11 @@ def test_search_recordings_load_as_programs():
         assert len(prm) == 500 and all(len(r.sample_tokens) == 3 for r in prm)
     with pytest.raises(InvalidArgumentError):
         load_search_records("rebase", beams)
+
+
+@pytest.mark.parametrize(("tokens", "correct"), [((10, 40), False), ((40, 10), True)])
+def test_a_tied_vote_goes_to_the_answer_that_finished_first(tokens, correct):
+    # Sample 0 answers 2 (wrong), sample 1 answers 1 (right): one vote each.
+    rt, _ = _simulate([_program("p", 0.0, "21", tokens)], ProgramPlan(2))
+    assert sorted(rt.states["p"].classes) == [0, 1]
+    assert rt.answer_correct("p") is correct
