@@ -69,8 +69,23 @@ def test_weighted_vote_counts_reward_weight_not_heads():
         lambda: BeamSearchPRM(beam_width=0),
         lambda: StepConfig(step_tokens=0),
         lambda: StepConfig(step_delimiter=""),
+        # sampling settings are checked when the program is built, not at its first request
+        lambda: CoTWithProbe(temperature=float("nan")),
+        lambda: CoTWithProbe(seed=-1),
+        lambda: CoTWithProbe(stop=("",)),
+        lambda: SelfConsistency(top_p=0.0),
+        lambda: SelfConsistency(seed=2**63),
+        lambda: SelfConsistency(priority=1.5),
+        lambda: StepConfig(temperature=-1.0),
+        lambda: StepConfig(seed=True),
+        lambda: StepConfig(step_delimiter=5),
     ],
 )
 def test_bad_program_configs_are_typed_errors(make):
     with pytest.raises(InvalidArgumentError):
         make()
+
+
+def test_self_consistency_seeds_wrap_at_the_top_of_the_seed_range():
+    program = SelfConsistency(seed=2**63 - 1)
+    assert [program._request("q", i).seed for i in range(3)] == [2**63 - 1, 0, 1]

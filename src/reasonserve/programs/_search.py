@@ -40,8 +40,12 @@ class StepConfig:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise InvalidArgumentError(f"{name} must be an int >= 1, got {value!r}")
-        if self.step_delimiter is not None and not self.step_delimiter:
+        delimiter = self.step_delimiter
+        if delimiter is not None and (not isinstance(delimiter, str) or not delimiter):
             raise InvalidArgumentError("step_delimiter must be None or a non-empty str")
+        # The sampling settings: checked here, not in the middle of a search.
+        GenerateRequest("x", max_tokens=self.step_tokens, temperature=self.temperature, top_p=self.top_p,
+                        seed=self.seed, priority=self.priority)  # fmt: skip
 
 
 @dataclass(eq=False)

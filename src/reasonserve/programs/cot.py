@@ -80,6 +80,7 @@ class CoTWithProbe:
         missing = set(getattr(self.rule, "requires", {"?"})) - _HOST_SIGNALS
         if missing:
             raise InvalidArgumentError(f"rule {self.rule!r} needs signals this host cannot give: {missing}")
+        self._request("x", 1)  # the sampling settings: checked here, not at the first request
 
     def _request(self, prompt, max_tokens: int) -> GenerateRequest:
         return GenerateRequest(prompt, max_tokens=max_tokens, temperature=self.temperature, top_p=self.top_p,

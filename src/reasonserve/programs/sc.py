@@ -47,6 +47,9 @@ class SelfConsistency:
                 raise InvalidArgumentError(f"{name} must be an int >= 1, got {value!r}")
         if not callable(getattr(self.policy, "grant", None)):
             raise InvalidArgumentError("policy must have grant(ProgramStatus) -> bool")
+        # The sampling settings: checked here, not at the first request.
+        GenerateRequest("x", max_tokens=self.max_tokens, temperature=self.temperature, top_p=self.top_p,
+                        seed=self.seed, priority=self.priority, stop=self.stop)  # fmt: skip
 
     async def run(self, client: EngineClient, prompt: str | Sequence[int], *, trace: Trace | None = None
                   ) -> ProgramResult:  # fmt: skip
@@ -81,7 +84,7 @@ class SelfConsistency:
         return ProgramResult(classes.representative(best), texts[best], certainty, trace)
 
     def _request(self, prompt, i: int) -> GenerateRequest:
-        seed = None if self.seed is None else self.seed + i
+        seed = None if self.seed is None else (self.seed + i) % 2**63  # as the engines' seeds
         return GenerateRequest(prompt, max_tokens=self.max_tokens, temperature=self.temperature,
                                top_p=self.top_p, seed=seed, priority=self.priority,
                                stop=self.stop)  # fmt: skip
