@@ -9,6 +9,7 @@ import pytest
 from reasonserve.certainindex.stopping import AgreeSpanRule
 from reasonserve.clients import GenerateRequest, UnsupportedError
 from reasonserve.clients.sim import SimClient
+from reasonserve.core.errors import InvalidArgumentError
 from reasonserve.programs import CoTWithProbe, Rebase
 from reasonserve.sim import HARDWARE, MODELS, RooflineCostModel
 
@@ -70,3 +71,22 @@ def test_abort_and_missing_reward_model():
     assert out.finish_reason == "abort" and len(out.token_ids) < 10_000
     with pytest.raises(UnsupportedError, match="reward model"):
         run(Rebase(width=2).run(SimClient(COST), "Q"))
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"block_size": "16"},
+        {"block_size": True},
+        {"vocab_size": 2.5},
+        {"vocab_size": 2**40},
+        {"eos_probability": "0.1"},
+        {"eos_probability": float("nan")},
+        {"eos_token_id": -5},
+        {"eos_token_id": 256},
+        {"seed": "s"},
+    ],
+)
+def test_bad_configs_are_typed_errors(kwargs):
+    with pytest.raises(InvalidArgumentError):
+        SimClient(COST, **kwargs)

@@ -53,8 +53,7 @@ class SimClient:
                  probe_answer: Callable[[int], str] | None = None, seed: int = 0) -> None:  # fmt: skip
         if not isinstance(cost_model, RooflineCostModel):
             raise InvalidArgumentError("cost_model must be a RooflineCostModel")
-        if block_size < 1 or vocab_size < 2 or not 0 <= eos_probability <= 1:
-            raise InvalidArgumentError("need block_size >= 1, vocab_size >= 2, eos_probability in [0, 1]")
+        _check_config(block_size, vocab_size, eos_token_id, eos_probability, seed)
         self.cost_model, self.block_size, self.vocab_size = cost_model, block_size, vocab_size
         self.eos_token_id, self.eos_probability = eos_token_id, eos_probability
         self.probe_answer, self.seed = probe_answer, seed
@@ -165,3 +164,19 @@ class SimClient:
         if len(self._cache) > 1_000_000:
             self._cache.clear()  # bounded: a full cache starts over
         self._cache.update(self._hashes(tokens, len(tokens) // self.block_size))
+
+
+def _check_config(block_size, vocab_size, eos_token_id, eos_probability, seed) -> None:
+    def is_int(v) -> bool:
+        return isinstance(v, int) and not isinstance(v, bool)
+
+    if not (is_int(block_size) and block_size >= 1 and is_int(vocab_size) and 2 <= vocab_size <= 2**31):
+        raise InvalidArgumentError(f"need int block_size >= 1 and vocab_size in [2, 2**31], got "
+                                   f"{block_size!r}, {vocab_size!r}")  # fmt: skip
+    number = isinstance(eos_probability, (int, float)) and not isinstance(eos_probability, bool)
+    if not number or not 0 <= eos_probability <= 1:
+        raise InvalidArgumentError(f"eos_probability must be a number in [0, 1], got {eos_probability!r}")
+    if eos_token_id is not None and not (is_int(eos_token_id) and 0 <= eos_token_id < vocab_size):
+        raise InvalidArgumentError(f"eos_token_id must be None or in [0, vocab_size), got {eos_token_id!r}")
+    if not is_int(seed):
+        raise InvalidArgumentError(f"seed must be an int, got {seed!r}")
