@@ -1,5 +1,6 @@
-"""Programs against a host that misbehaves: a run must end with a typed error, never loop,
-and a run that fails aborts what it started while the client is still in use."""
+"""Programs against scripted hosts: a misbehaving host ends a run with a typed error, never
+a loop; a failed run aborts what it started while the client is still in use; the branches
+the docstrings name (ties, a thinking block already closed) are taken."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import asyncio
 import pytest
 
 from reasonserve.certainindex.allocation import EvenPolicy
+from reasonserve.certainindex.stopping import StopDecision
 from reasonserve.clients.errors import HostRejectedError, MalformedResponseError
 from reasonserve.clients.protocol import Capabilities, GenerateResult, ProbeResult
 from reasonserve.programs import CoTWithProbe, SelfConsistency
@@ -105,3 +107,41 @@ def test_self_consistency_breaks_a_tie_by_the_answer_seen_first():
     for answers, first in (("BAAB", "B"), ("ABBA", "A")):
         out = asyncio.run(program.run(VotingHost(answers), "q"))
         assert out.answer == first, answers
+
+
+class StopAtOnce:
+    name, requires = "stop-at-once", frozenset({"answers"})
+
+    def start(self):
+        return self
+
+    def observe(self, obs):
+        return StopDecision(True, obs.answer, 1.0)
+
+
+class ScriptedHost:
+    """Text-mode host: every chunk returns ``chunk`` at its length limit; probes answer 42."""
+
+    capabilities = Capabilities()
+
+    def __init__(self, chunk: str) -> None:
+        self.chunk = chunk
+
+    async def generate(self, req):
+        return GenerateResult(req.request_id, self.chunk, None, "length")
+
+    async def probe(self, prefix, suffix, max_tokens, *, request_id=None):
+        return ProbeResult("42} done", None, "stop")
+
+    async def abort(self, request_id):
+        return None
+
+
+@pytest.mark.parametrize(("chunk", "closes"), [("a b ", 1), ("a </think> b ", 1)])
+def test_an_early_exit_closes_the_thinking_block_once(chunk, closes):
+    out = asyncio.run(
+        CoTWithProbe(chunk_tokens=4, max_tokens=64, rule=StopAtOnce()).run(ScriptedHost(chunk), "q")
+    )
+    assert out.trace.exit == "early" and out.answer == "42"
+    assert out.text.count("</think>") == closes
+    assert out.text.endswith("**Final Answer**\n\\boxed{42}")
