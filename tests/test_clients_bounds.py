@@ -1,6 +1,7 @@
 """A hostile host cannot make the HTTP client read without bound or spin: SSE lines are
 scanned once per chunk (also across a ``\\r\\n`` cut between chunks), keep-alive-only
-streams time out, and reply bodies (success or error) are read only up to their cap."""
+streams time out, and reply bodies (success or error) are read only up to their cap;
+settings that would disable those bounds (infinite/NaN timeouts, endless retries) are refused."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from reasonserve.clients import GenerateRequest, HostError, MalformedResponseErr
 from reasonserve.clients import http as http_module
 from reasonserve.clients._sse import sse_data
 from reasonserve.clients.http import HTTPClient
+from reasonserve.core.errors import InvalidArgumentError
 
 
 async def _collect(parts, **kw) -> list[str]:
@@ -97,3 +99,20 @@ def test_a_huge_error_page_is_read_only_in_part(streamed):
     with pytest.raises(HostError, match="answered 500"):
         asyncio.run(asyncio.wait_for(go(), 10.0))
     assert body.sent <= 2 * 2**16 + http_module._ERROR_BODY_BYTES
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"backoff_s": float("nan")},  # asyncio.sleep(nan) between retries
+        {"backoff_s": "0.1"},
+        {"timeout_s": float("inf")},  # no timeout: a silent host hangs the call
+        {"timeout_s": True},
+        {"connect_timeout_s": 0},
+        {"max_retries": True},
+        {"max_retries": 10**9},
+    ],
+)
+def test_bad_client_settings_are_typed_errors(kwargs):
+    with pytest.raises(InvalidArgumentError):
+        HTTPClient("http://h", **kwargs)

@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Sequence
@@ -68,11 +69,13 @@ class HTTPClient:
     ) -> None:
         if not isinstance(base_url, str) or not base_url.startswith(("http://", "https://")):
             raise InvalidArgumentError(f"base_url must be an http(s) URL, got {base_url!r}")
-        for name, value in (("timeout_s", timeout_s), ("connect_timeout_s", connect_timeout_s)):
-            if not isinstance(value, (int, float)) or not value > 0:
-                raise InvalidArgumentError(f"{name} must be > 0, got {value!r}")
-        if not isinstance(max_retries, int) or max_retries < 0 or backoff_s < 0:
-            raise InvalidArgumentError("max_retries must be an int >= 0 and backoff_s >= 0")
+        for name, value, low in (("timeout_s", timeout_s, ">"), ("connect_timeout_s", connect_timeout_s, ">"),
+                                 ("backoff_s", backoff_s, ">=")):  # fmt: skip
+            number = isinstance(value, (int, float)) and not isinstance(value, bool)
+            if not number or not math.isfinite(value) or value < 0 or (value == 0 and low == ">"):
+                raise InvalidArgumentError(f"{name} must be a finite number {low} 0, got {value!r}")
+        if isinstance(max_retries, bool) or not isinstance(max_retries, int) or not 0 <= max_retries <= 100:
+            raise InvalidArgumentError(f"max_retries must be an int in [0, 100], got {max_retries!r}")
         self.shim = shim if shim is not None else OpenAIShim()
         self.max_retries, self.backoff_s = max_retries, backoff_s
         self._tokenizer, self._scorer = tokenizer, scorer
