@@ -16,6 +16,7 @@ sim-vs-engine error on one workload.
 
 from __future__ import annotations
 
+import argparse
 import json
 import pathlib
 import random
@@ -118,4 +119,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()  # --help, nothing else
     main()
