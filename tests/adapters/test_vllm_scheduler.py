@@ -122,3 +122,28 @@ def test_missing_or_bad_settings_are_typed_errors(make_vllm_config):
         _scheduler(PhaseAwareScheduler, make_vllm_config, settings={"think_end_token_id": 5, "quantum": 0})
     with pytest.raises(InvalidArgumentError, match="fcfs"):
         _scheduler(PhaseAwareScheduler, make_vllm_config, policy="priority")
+
+
+def _admitted_after_preemption(sched) -> dict[str, int]:
+    """A answers and B reasons until A is preempted (back to the queue, answering); C, a new
+    reasoning request, then waits behind it. Returns the next step's token split."""
+    sched.add_request(_request("A", 14, arrival=1.0))
+    sched.add_request(_request("B", 14, arrival=2.0))
+    _step(sched, {"A": END})
+    for _ in range(40):
+        out = sched.schedule()
+        ids = list(out.num_scheduled_tokens)
+        result = ModelRunnerOutput(req_ids=ids, req_id_to_index={r: i for i, r in enumerate(ids)},
+                                   sampled_token_ids=[[7] for _ in ids])  # fmt: skip
+        sched.update_from_output(out, result)
+        if out.preempted_req_ids:
+            assert set(out.preempted_req_ids) == {"A"}
+            sched.add_request(_request("C", 4, arrival=3.0))
+            return _step(sched, {})
+    raise AssertionError("no preemption happened")
+
+
+@pytest.mark.parametrize("cls", [PhaseAwareScheduler, PhaseAwareSyncScheduler])
+def test_the_waiting_queue_puts_reasoning_before_a_preempted_answering_request(cls, make_vllm_config):
+    split = _admitted_after_preemption(_scheduler(cls, make_vllm_config, num_blocks=4))
+    assert "C" in split and "A" not in split
