@@ -12,7 +12,9 @@ from reasonserve.certainindex.allocation import EvenPolicy
 from reasonserve.certainindex.stopping import StopDecision
 from reasonserve.clients.errors import HostRejectedError, MalformedResponseError
 from reasonserve.clients.protocol import Capabilities, GenerateResult, ProbeResult
-from reasonserve.programs import CoTWithProbe, SelfConsistency
+from reasonserve.core.errors import InvalidArgumentError
+from reasonserve.programs import MCTS, CoTWithProbe, SelfConsistency
+from reasonserve.programs._search import StepConfig
 from reasonserve.programs.trace import ProgramError
 
 
@@ -145,3 +147,51 @@ def test_an_early_exit_closes_the_thinking_block_once(chunk, closes):
     assert out.trace.exit == "early" and out.answer == "42"
     assert out.text.count("</think>") == closes
     assert out.text.endswith("**Final Answer**\n\\boxed{42}")
+
+
+class AlwaysGrant:
+    """An allocation policy that never says stop."""
+
+    def grant(self, status) -> bool:
+        return True
+
+
+class NeverEndingHost:
+    """Answers every request at once with a step that never ends a path."""
+
+    capabilities = Capabilities()
+
+    def __init__(self) -> None:
+        self.generated = 0
+
+    async def generate(self, req):
+        self.generated += 1
+        await asyncio.sleep(0)
+        return GenerateResult(req.request_id, "more thinking", None, "length")
+
+    async def abort(self, request_id):
+        return None
+
+
+async def _length_scorer(prompt, texts):
+    return [float(len(t)) for t in texts]
+
+
+def test_a_policy_that_always_grants_still_ends_at_the_program_cap():
+    host = NeverEndingHost()
+    sc = asyncio.run(asyncio.wait_for(SelfConsistency(samples_per_step=3, max_samples=10, policy=AlwaysGrant())
+                                      .run(host, "q"), 30))  # fmt: skip
+    assert host.generated == 10 and sc.trace.exit == "budget"
+    host = NeverEndingHost()
+    steps = StepConfig(step_tokens=4, max_depth=10_000)
+    mcts = MCTS(expansions=2, steps=steps, policy=AlwaysGrant(), scorer=_length_scorer, max_iterations=7)
+    result = asyncio.run(asyncio.wait_for(mcts.run(host, "q"), 30))
+    assert host.generated == 14 and result.trace.exit == "budget"
+
+
+@pytest.mark.parametrize("bad", [0, -1, True, 2.5])
+def test_program_caps_must_be_positive_ints(bad):
+    with pytest.raises(InvalidArgumentError):
+        SelfConsistency(max_samples=bad)
+    with pytest.raises(InvalidArgumentError):
+        MCTS(max_iterations=bad)

@@ -34,10 +34,13 @@ class MCTS:
     policy: object = field(default_factory=lambda: EvenPolicy(8))
     certainty: RewardCertainty = field(default_factory=lambda: RewardCertainty("mean"))
     scorer: Scorer | None = None
+    max_iterations: int = 256  # a hard cap whatever the policy grants
 
     def __post_init__(self) -> None:
-        if isinstance(self.expansions, bool) or not isinstance(self.expansions, int) or self.expansions < 1:
-            raise InvalidArgumentError(f"expansions must be an int >= 1, got {self.expansions!r}")
+        for name in ("expansions", "max_iterations"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise InvalidArgumentError(f"{name} must be an int >= 1, got {value!r}")
         if not (isinstance(self.c_puct, (int, float)) and math.isfinite(self.c_puct) and self.c_puct >= 0):
             raise InvalidArgumentError(f"c_puct must be a finite number >= 0, got {self.c_puct!r}")
 
@@ -51,7 +54,10 @@ class MCTS:
         trace, root = flight.trace, Node("", 0)
         done: list[Node] = []
         certainty, iteration = 0.0, 0
-        while self.policy.grant(ProgramStatus(iteration, certainty, trace.tokens_generated)):  # type: ignore[attr-defined]
+        grant = self.policy.grant  # type: ignore[attr-defined]
+        while iteration < self.max_iterations and grant(
+            ProgramStatus(iteration, certainty, trace.tokens_generated)
+        ):
             leaf = self._select(root)
             if leaf is None:
                 break  # every path has finished
@@ -63,7 +69,7 @@ class MCTS:
             certainty = self.certainty.score([n.score for n in done])
             iteration += 1
             trace.event("iteration", n=iteration, finished=len(done), certainty=certainty)
-        trace.exit = "denied"
+        trace.exit = "denied" if iteration < self.max_iterations else "budget"
         pool = done or _leaves(root)
         best = max(pool, key=lambda n: n.score, default=None)
         answer = extract_answer(best.text) if best is not None else None

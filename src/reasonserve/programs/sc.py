@@ -29,10 +29,12 @@ __all__ = ["SelfConsistency"]
 @dataclass(frozen=True)
 class SelfConsistency:
     """``policy``: any object with ``grant(ProgramStatus) -> bool``; ``knob`` = samples
-    so far. ``seed``: sample i uses ``seed + i`` (None: unseeded)."""
+    so far. ``seed``: sample i uses ``seed + i`` (None: unseeded). ``max_samples``: a hard
+    cap whatever the policy grants (a policy that always grants still ends)."""
 
     samples_per_step: int = 4
     max_tokens: int = 1024
+    max_samples: int = 256
     policy: object = field(default_factory=lambda: EvenPolicy(8))
     temperature: float = 0.7
     top_p: float = 0.95
@@ -41,7 +43,7 @@ class SelfConsistency:
     stop: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
-        for name in ("samples_per_step", "max_tokens"):
+        for name in ("samples_per_step", "max_tokens", "max_samples"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise InvalidArgumentError(f"{name} must be an int >= 1, got {value!r}")
@@ -64,8 +66,10 @@ class SelfConsistency:
         votes: Counter[int] = Counter()
         texts: dict[int, str] = {}
         knob = 0
-        while self.policy.grant(ProgramStatus(knob, certainty, trace.tokens_generated)):  # type: ignore[attr-defined]
-            tasks = [flight.generate(self._request(prompt, knob + i)) for i in range(self.samples_per_step)]
+        grant = self.policy.grant  # type: ignore[attr-defined]
+        while knob < self.max_samples and grant(ProgramStatus(knob, certainty, trace.tokens_generated)):
+            step = min(self.samples_per_step, self.max_samples - knob)
+            tasks = [flight.generate(self._request(prompt, knob + i)) for i in range(step)]
             for res in await asyncio.gather(*tasks):
                 n = len(res.token_ids) if res.token_ids is not None else len(res.text.split())
                 trace.tokens_generated += n
@@ -76,8 +80,8 @@ class SelfConsistency:
                     votes[cid] += 1
                     texts.setdefault(cid, res.text)
                 trace.event("sample", tokens=n, answer=answer, certainty=certainty)
-            knob += self.samples_per_step
-        trace.exit = "denied"
+            knob += step
+        trace.exit = "denied" if knob < self.max_samples else "budget"
         if not votes:
             return ProgramResult(None, "", certainty, trace)
         best = max(votes, key=lambda c: (votes[c], -c))
