@@ -221,3 +221,18 @@ def test_an_error_event_mid_stream_is_a_host_error():
             return info.value
 
     assert run(go()).status == 500
+
+
+def test_aborting_an_unknown_id_leaves_no_mark():
+    async def go():
+        async with scripted(_response(200, json.dumps(OK).encode())) as (url, _seen):
+            async with HTTPClient(url, OpenAIShim(), backoff_s=0.01) as c:
+                for i in range(1000):
+                    await c.abort(f"ghost-{i}")  # never started here: nothing to remember
+                await c.abort(REQ.request_id)
+                marks = len(c._aborted)
+                out = await c.generate(REQ)  # the same id, started afterwards, is not "aborted"
+            return marks, out
+
+    marks, out = run(go())
+    assert marks == 0 and out.finish_reason == "stop" and out.text == "ok"

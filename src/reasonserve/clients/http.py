@@ -196,8 +196,11 @@ class HTTPClient:
         return ids
 
     async def abort(self, request_id: str) -> None:
-        """Stop a started request: close its connection; call the host's abort endpoint."""
-        self._aborted.add(request_id)
+        """Stop a started request: close its connection; call the host's abort endpoint.
+        Only a request in flight here is marked aborted (an unknown id leaves no mark that
+        a later request reusing it would inherit)."""
+        if request_id in self._inflight or request_id in self._streams:
+            self._aborted.add(request_id)
         task = self._inflight.get(request_id)
         if task is not None:
             task.cancel()
