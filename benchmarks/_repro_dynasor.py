@@ -223,7 +223,8 @@ def main() -> None:
     from _harness import RESULTS, machine
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="100 programs per run, rates 1/2/4/8, variants lpm, app_fifo, dynasor")
+    parser.add_argument("--quick", action="store_true",
+                        help="100 programs per run, rates 1/2/4/8, variants lpm, app_fifo, dynasor")
     data = pathlib.Path(__file__).resolve().parents[2] / "shared" / "data"
     parser.add_argument("--data", type=pathlib.Path, default=data)
     parser.add_argument("--seed", type=int, default=0)
