@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from reasonserve.core.capacity import check_capacity
 from reasonserve.core.decisions import PREEMPT_MODES, Abort, Admit, Migrate, Order, Preempt, Stop, TokenBudget
 from reasonserve.core.errors import PolicyError
 from reasonserve.engine.sequence import Sequence
@@ -77,24 +78,7 @@ def check_decisions(decisions: Iterable, sched, policy_name: str) -> Plan:
             raise bad(d, "needs a multi-instance host; the embedded engine is one instance")
         else:
             raise bad(d, "is not a decision (Admit, Preempt, Order, TokenBudget, Stop, Abort, Migrate)")
-    _check_capacity(plan, sched, bad)
+    check_capacity(plan, sched.running, max_num_seqs=sched.max_num_seqs, free_blocks=sched.blocks.num_free,
+                   released=lambda seqs: sched.blocks.released_by([s.block_table for s in seqs]),
+                   growth=sched.view_growth, admission_blocks=sched.admission_blocks, bad=bad)  # fmt: skip
     return plan
-
-
-def _check_capacity(plan: Plan, sched, bad) -> None:
-    leaving = [s for s in sched.running if s.request_id in plan.preempt or s.request_id in plan.finish]
-    staying = [
-        s for s in sched.running if s.request_id not in plan.preempt and s.request_id not in plan.finish
-    ]
-    seats = len(staying) + len(plan.admit)
-    if plan.admit and seats > sched.max_num_seqs:
-        raise bad(plan.admit[-1], f"makes {seats} running requests; max_num_seqs is {sched.max_num_seqs}")
-    need = sum(map(sched.view_growth, staying))
-    available = sched.blocks.num_free + sched.blocks.released_by([s.block_table for s in leaving])
-    for seq in plan.admit:
-        need += sched.admission_blocks(seq)
-        if need > available:
-            raise bad(
-                Admit(seq.request_id),
-                f"needs {need} KV blocks in all with the running requests' growth; {available} are free",
-            )

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from reasonserve.core.capacity import check_capacity
 from reasonserve.core.decisions import PREEMPT_MODES, Abort, Admit, Migrate, Order, Preempt, Stop, TokenBudget
 from reasonserve.core.errors import PolicyError
 
@@ -68,20 +69,8 @@ def check_plan(decisions: Iterable, inst, name: str) -> SimPlan:
             raise bad(d, "migration is not simulated yet")
         else:
             raise bad(d, "is not a decision")
-    _check_capacity(plan, inst, bad)
+    check_capacity(plan, inst.running, max_num_seqs=inst.config.max_num_seqs, free_blocks=inst.free_blocks,
+                   released=lambda seqs: sum(s.num_blocks for s in seqs),
+                   growth=lambda s: max(0, inst.blocks_for(s.num_tokens) - s.num_blocks),
+                   admission_blocks=inst.admission_blocks, bad=bad)  # fmt: skip
     return plan
-
-
-def _check_capacity(plan: SimPlan, inst, bad) -> None:
-    leaving = [s for s in inst.running if s.request_id in plan.preempt or s.request_id in plan.finish]
-    staying = [
-        s for s in inst.running if s.request_id not in plan.preempt and s.request_id not in plan.finish
-    ]
-    if plan.admit and len(staying) + len(plan.admit) > inst.config.max_num_seqs:
-        raise bad(plan.admit[-1], f"exceeds max_num_seqs={inst.config.max_num_seqs}")
-    need = sum(max(0, inst.blocks_for(s.num_tokens) - s.num_blocks) for s in staying)
-    available = inst.free_blocks + sum(s.num_blocks for s in leaving)
-    for seq in plan.admit:
-        need += inst.admission_blocks(seq)
-        if need > available:
-            raise bad(Admit(seq.request_id), f"needs {need} KV blocks in all; {available} are free")
