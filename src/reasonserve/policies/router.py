@@ -64,6 +64,11 @@ def _check(instances: Sequence[InstanceLoad]) -> None:
         raise InvalidArgumentError("instances must be a non-empty sequence of InstanceLoad")
 
 
+def _least_footprint(instances: Sequence[InstanceLoad]) -> str:
+    """The instance with the smallest ``m_i``, ties to the smallest id."""
+    return min(instances, key=lambda i: (i.kv_blocks_footprint, i.instance_id)).instance_id
+
+
 def _check_transition(
     current_id: str, instances: Sequence[InstanceLoad], blocks_needed: int, stay_blocks_needed: int | None
 ) -> InstanceLoad:
@@ -89,7 +94,7 @@ class LeastKVRouter:
 
     def route(self, request: RequestView, instances: Sequence[InstanceLoad]) -> str:
         _check(instances)
-        return min(instances, key=lambda i: (i.kv_blocks_footprint, i.instance_id)).instance_id
+        return _least_footprint(instances)
 
     def route_transition(
         self,
@@ -127,8 +132,7 @@ class PascalRouter:
 
     def route(self, request: RequestView, instances: Sequence[InstanceLoad]) -> str:
         _check(instances)
-        ok = [i for i in instances if i.answering_slo_ok] or list(instances)
-        return min(ok, key=lambda i: (i.kv_blocks_footprint, i.instance_id)).instance_id
+        return _least_footprint([i for i in instances if i.answering_slo_ok] or instances)
 
     def route_transition(
         self,

@@ -10,7 +10,7 @@ never imports Ray by itself.
 
 from __future__ import annotations
 
-import importlib
+from reasonserve.adapters._lazy import load_attr
 
 __all__ = [
     "ROUTERS",
@@ -62,12 +62,4 @@ _HOME = {
 
 
 def __getattr__(name: str):
-    if name not in _HOME:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    try:
-        module = importlib.import_module(f"{__name__}.{_HOME[name]}")
-    except ModuleNotFoundError as err:
-        if err.name is not None and err.name.split(".")[0] == "ray":
-            raise ImportError(f"{name} needs Ray Serve: pip install 'reasonserve[ray]'") from err
-        raise
-    return getattr(module, name)
+    return load_attr(__name__, _HOME, name, runtime="ray", hint="Ray Serve: pip install 'reasonserve[ray]'")

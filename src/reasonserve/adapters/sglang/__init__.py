@@ -10,7 +10,7 @@ used (``SeededSGLangShim`` never needs SGLang).
 
 from __future__ import annotations
 
-import importlib
+from reasonserve.adapters._lazy import load_attr
 
 __all__ = ["PhaseAwareHook", "SeededSGLangShim", "SeededSamplingProcessor", "register"]
 
@@ -23,6 +23,4 @@ _HOME = {
 
 
 def __getattr__(name: str):
-    if name not in _HOME:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(f"{__name__}.{_HOME[name]}"), name)
+    return load_attr(__name__, _HOME, name)

@@ -9,7 +9,7 @@ vLLM) when first used, so ``reasonserve adapter vllm`` runs without vLLM install
 
 from __future__ import annotations
 
-import importlib
+from reasonserve.adapters._lazy import load_attr
 
 __all__ = [
     "PhaseAwareScheduler",
@@ -29,6 +29,4 @@ _HOME = {
 
 
 def __getattr__(name: str):
-    if name not in _HOME:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(f"{__name__}.{_HOME[name]}"), name)
+    return load_attr(__name__, _HOME, name)
