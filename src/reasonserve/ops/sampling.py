@@ -131,26 +131,27 @@ def _batch_of(seeds, positions) -> int:
     return 1
 
 
-def _allowed(logits, top_k, top_p, min_p, used: tuple[bool, bool, bool]) -> torch.Tensor | None:
+def _allowed(logits, top_k, top_p, min_p, used: list[bool]) -> torch.Tensor | None:
     """``[B, V]`` boolean mask of the tokens that survive the filters of each row
     (``used``: whether any row sets top-k, top-p, min-p); None when no row filters."""
-    if not any(used):
+    uses_k, uses_p, uses_min_p = used
+    if not (uses_k or uses_p or uses_min_p):
         return None
-    vocab = logits.shape[1]
-    probs = softmax(logits, dim=-1, impl="torch") if used[1] or used[2] else None
     keep = torch.ones_like(logits, dtype=torch.bool)
-    k = top_k.clamp(max=vocab)
-    if used[0]:
+    if uses_k:
+        k = top_k.clamp(max=logits.shape[1])
         sorted_logits = logits.sort(dim=-1, descending=True, stable=True).values
         kth = sorted_logits.gather(1, (k.clamp(min=1) - 1)[:, None])
         keep &= (logits >= kth) | (k[:, None] == 0)
-    if used[1]:
-        sp, order = probs.sort(dim=-1, descending=True, stable=True)
-        before = sp.cumsum(dim=-1) - sp  # mass strictly ahead of each token
-        keep_sorted = (before < top_p[:, None]) | (top_p[:, None] >= 1)
-        keep &= torch.zeros_like(keep).scatter(1, order, keep_sorted)
-    if used[2]:
-        keep &= probs >= min_p[:, None] * probs.amax(dim=-1, keepdim=True)
+    if uses_p or uses_min_p:
+        probs = softmax(logits, dim=-1, impl="torch")
+        if uses_p:
+            sp, order = probs.sort(dim=-1, descending=True, stable=True)
+            before = sp.cumsum(dim=-1) - sp  # mass strictly ahead of each token
+            keep_sorted = (before < top_p[:, None]) | (top_p[:, None] >= 1)
+            keep &= torch.zeros_like(keep).scatter(1, order, keep_sorted)
+        if uses_min_p:
+            keep &= probs >= min_p[:, None] * probs.amax(dim=-1, keepdim=True)
     return keep
 
 
@@ -219,7 +220,7 @@ def sample(
     noise = _noise(seeds, positions, batch, vocab, dev)
     greedy_rows = temp == 0
     scaled = logits.to(torch.float64) / torch.where(greedy_rows, 1.0, temp)[:, None]
-    keep = _allowed(scaled, k, p, mp, tuple(flags[5:]))
+    keep = _allowed(scaled, k, p, mp, flags[5:])
     scores = scaled + noise if keep is None else torch.where(keep, scaled + noise, float("-inf"))
     sampled = torch.where(greedy_rows, logits.argmax(dim=-1), scores.argmax(dim=-1))
     nan = torch.isnan(logits)
