@@ -1,6 +1,7 @@
 """A hostile host cannot make the HTTP client read without bound or spin: SSE lines are
 scanned once per chunk (also across a ``\\r\\n`` cut between chunks), keep-alive-only
-streams time out, and reply bodies (success or error) are read only up to their cap;
+streams time out, reply bodies (success or error) are read only up to their cap and
+must be complete within the timeout of their headers (a trickle is cut off);
 settings that would disable those bounds (infinite/NaN timeouts, endless retries) are refused."""
 
 from __future__ import annotations
@@ -99,6 +100,38 @@ def test_a_huge_error_page_is_read_only_in_part(streamed):
     with pytest.raises(HostError, match="answered 500"):
         asyncio.run(asyncio.wait_for(go(), 10.0))
     assert body.sent <= 2 * 2**16 + http_module._ERROR_BODY_BYTES
+
+
+class _Trickle(httpx.AsyncByteStream):
+    """A small reply body, one byte every ``gap`` seconds: each read is well inside the
+    per-read timeout, so only a deadline on the whole body ends it."""
+
+    def __init__(self, gap: float) -> None:
+        self.gap, self.sent = gap, 0
+
+    async def __aiter__(self):
+        while self.sent < 10_000:
+            await asyncio.sleep(self.gap)
+            self.sent += 1
+            yield b" "
+
+
+def test_a_trickled_reply_body_is_cut_off_at_the_timeout():
+    body = _Trickle(0.02)
+
+    def handler(request):
+        return httpx.Response(200, stream=body)
+
+    async def go():
+        async with HTTPClient("http://h", transport=httpx.MockTransport(handler), max_retries=0,
+                              timeout_s=0.3) as c:  # fmt: skip
+            await c.generate(GenerateRequest("hi"))
+
+    start = time.perf_counter()
+    with pytest.raises(RequestTimeoutError, match="no reply within the timeout"):
+        asyncio.run(asyncio.wait_for(go(), 30.0))  # without the deadline: 200 s of trickle
+    assert time.perf_counter() - start < 5.0
+    assert body.sent < 1_000
 
 
 @pytest.mark.parametrize(

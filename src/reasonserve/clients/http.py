@@ -8,7 +8,8 @@
   connection refused/failed, 429, 503. Idempotent calls (``/tokenize``, abort) also
   retry timeouts and 500/502/504.
 * Errors are typed (:mod:`reasonserve.clients.errors`): 4xx -> HostRejectedError,
-  5xx -> HostError, no reply in time -> RequestTimeoutError, a stream that ends
+  5xx -> HostError, no reply in time (or a reply body still arriving ``timeout_s``
+  after its headers) -> RequestTimeoutError, a stream that ends
   without its final event -> StreamDroppedError, bad JSON/SSE -> MalformedResponseError.
 """
 
@@ -255,11 +256,17 @@ class HTTPClient:
         raise AssertionError("unreachable")
 
     async def _post_once(self, path: str, body: dict) -> tuple[int, bytes]:
-        """One POST; the reply is read up to ``MAX_BODY_BYTES`` (decoded), never all of it."""
+        """One POST; the reply is read up to ``MAX_BODY_BYTES`` (decoded), never all of it,
+        and its body must be complete within ``timeout_s`` of its headers: a host that
+        trickles bytes just inside the per-read timeout is cut off (``httpx.ReadTimeout``,
+        handled by ``_post`` like any other timeout)."""
         async with self._http.stream("POST", path, json=body) as resp:
             limit = MAX_BODY_BYTES if resp.status_code < 400 else _ERROR_BODY_BYTES
+            deadline = time.monotonic() + self._timeout_s
             raw = bytearray()
             async for piece in resp.aiter_bytes():
+                if time.monotonic() > deadline:
+                    raise httpx.ReadTimeout(f"POST {path}: reply body incomplete after {self._timeout_s} s")
                 raw += piece
                 if len(raw) > limit:
                     if resp.status_code < 400:
