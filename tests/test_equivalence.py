@@ -119,6 +119,20 @@ def test_deadline_turns_into_unknown():
         compare_answers("1", "1", time_limit_s=0)
 
 
+def test_verdicts_do_not_depend_on_wall_time(monkeypatch):
+    """A thread descheduled on a loaded machine loses wall time, not CPU time: with a
+    wall clock that jumps a second per read, every verdict is still the unloaded one
+    (the deadline counts the comparing thread's CPU time). Fresh answers: parses are memoized."""
+    import time as time_module
+
+    wall = iter(range(10**6))
+    monkeypatch.setattr(time_module, "monotonic", lambda: float(next(wall)))
+    assert compare_answers("x^2+4x+4", "(x+2)^2") is Verdict.EQUAL
+    assert compare_answers(r"\{1,2,7\}", r"\{7,1,2\}") is Verdict.EQUAL
+    assert compare_answers("3y+1", "1+3y") is Verdict.EQUAL
+    assert compare_answers("x^2+4x+5", "(x+2)^2") is Verdict.DIFFERENT
+
+
 def test_parser_limits():
     with pytest.raises(mx.ExprError):
         mx.parse("1+" * 300 + "1")  # over MAX_CHARS

@@ -137,7 +137,7 @@ def _covered(pa: list[str], pb: list[str], cmp: Compare, deadline: float, budget
             continue
         for y in pb:
             budget[0] -= 1
-            if time.monotonic() > deadline or budget[0] < 0:
+            if time.thread_time() > deadline or budget[0] < 0:
                 return Verdict.UNKNOWN
             verdict = cmp(x, y)
             if verdict is Verdict.EQUAL:

@@ -17,7 +17,8 @@ Cascade, after :func:`normalize_answer` on both sides (first rule that applies):
    pseudo-random points for expressions with variables (``50%`` also matches ``0.5``
    when one side carried a percent).
 
-Each comparison runs under a deadline (default 100 ms) and size limits; when a limit
+Each comparison runs under a deadline (default 100 ms of the calling thread's CPU time,
+so a verdict does not depend on machine load) and size limits; when a limit
 is hit, a value is too large, or a side cannot be parsed, the verdict is ``UNKNOWN``,
 which :func:`equivalent` reports as not equivalent. Empty answers are never equivalent
 to anything, themselves included. No signals are used: comparisons are thread-safe.
@@ -65,7 +66,7 @@ def compare_answers(a: str | None, b: str | None, *, time_limit_s: float = 0.1) 
     if len(na) > MAX_ANSWER_CHARS or len(nb) > MAX_ANSWER_CHARS:
         return Verdict.UNKNOWN
     percent = has_percent(a or "") or has_percent(b or "")
-    return _Cascade(time.monotonic() + time_limit_s, percent).compare(na, nb)
+    return _Cascade(time.thread_time() + time_limit_s, percent).compare(na, nb)
 
 
 class _Cascade:
@@ -77,7 +78,7 @@ class _Cascade:
     def compare(self, na: str, nb: str) -> Verdict:
         if na == nb:
             return Verdict.EQUAL
-        if time.monotonic() > self.deadline:
+        if time.thread_time() > self.deadline:
             return Verdict.UNKNOWN
         if not self.percent and _INTEGER.fullmatch(na) and _INTEGER.fullmatch(nb):
             return Verdict.EQUAL if int(na) == int(nb) else Verdict.DIFFERENT  # the common case
