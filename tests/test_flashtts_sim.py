@@ -143,3 +143,81 @@ def test_a_verifier_without_prefix_caching_prefills_whole_beams():
     assert uncached.summary()["mean_latency_s"] > cached.summary()["mean_latency_s"]
     with pytest.raises(InvalidArgumentError):
         BeamServeConfig(SETTING, SEARCH, verifier_prefix_caching=None)  # type: ignore[arg-type]
+
+
+def _tree(width: int, branching: int, seed: int = 4):
+    from reasonserve.sim.beam_tree import SearchTree
+
+    return SearchTree(BeamRequest("t", 0.0, 50, seed), _pool(), BeamSearchSpec(width=width, branching=branching))
+
+
+@pytest.mark.parametrize("width,branching", [(16, 4), (8, 4), (12, 3)])
+def test_search_keeps_n_over_b_and_refills_to_n_copy_by_copy_until_n_finished(width, branching):
+    """search-and-learn / FlashTTS artifact: every iteration has n active beams, the best
+    n // B non-final ones are kept and copied back to n (parents interleaved); the search
+    stops once n beams finished."""
+    tree, iterations = _tree(width, branching), 0
+    while tree.active:
+        assert len(tree.active) == width
+        going = sorted((b for b in tree.active if not b.final), key=lambda b: (-b.score, b.beam_id))
+        finished_before = len(tree.finished)
+        _, children = tree.select()
+        iterations += 1
+        if not children:
+            assert len(tree.finished) >= width or not going
+            assert finished_before < width  # it did not run past n finished beams
+            break
+        kept = going[: width // branching]
+        assert tree.selections[-1] == tuple(b.beam_id for b in kept)
+        assert [c.beam_id for c in children] == [f"{kept[i % len(kept)].beam_id}.{i // len(kept)}"
+                                                 for i in range(width)]  # fmt: skip
+        assert all(c.path[-1] == c.beam_id.rpartition(".")[0] for c in children)
+        assert len(tree.finished) < width
+    assert iterations > 1 and len(tree.finished) >= 1
+
+
+def test_a_step_longer_than_max_step_tokens_is_cut_there_and_ends_the_beam():
+    from reasonserve.sim.beam_tree import SearchTree
+
+    pool = StepPool((((3000, 0.5), (40, 0.6)),), (50,), "long")
+    spec = BeamSearchSpec(width=4, branching=4, max_model_len=8192, max_step_tokens=2048)
+    beam = SearchTree(BeamRequest("t", 0.0, 50, 1), pool, spec).active[0]
+    assert beam.step_tokens == 2048 and beam.final
+    short = SearchTree(BeamRequest("t", 0.0, 50, 1), pool, BeamSearchSpec(4, 4, max_model_len=8192,
+                                                                          max_step_tokens=4000))
+    assert short.active[0].step_tokens == 3000 and not short.active[0].final
+
+
+def test_the_baseline_kv_split_is_each_vllm_instance_fraction_minus_its_weights():
+    s = BEAM_SETTINGS["1.5b+7b"]  # the FlashTTS artifact's baseline: 0.19 / 0.71 of the GPU
+    gen, ver = s.baseline_kv_bytes()
+    assert gen == pytest.approx(0.19 * s.hardware.memory_bytes - s.generator.weight_bytes)
+    assert ver == pytest.approx(0.71 * s.hardware.memory_bytes - s.verifier.weight_bytes)
+    assert gen + ver == pytest.approx(s.kv_bytes) and gen < s.kv_bytes / 2
+    r = simulate_beam_search([BeamRequest("a", 0.0, 50, 1)], _pool(), BeamServeConfig(s, SEARCH))
+    assert r.capacities == {"generator": int(gen // s.generator.kv_bytes_per_token),
+                            "verifier": int(ver // s.verifier.kv_bytes_per_token)}  # fmt: skip
+    even = BEAM_SETTINGS["1.5b+1.5b"]
+    assert even.baseline_kv_bytes() == (even.kv_bytes / 2, even.kv_bytes / 2)
+    fast = simulate_beam_search([BeamRequest("a", 0.0, 50, 1)], _pool(), BeamServeConfig(s, SEARCH, roofline=True))
+    assert fast.capacities != r.capacities  # FlashTTS's allocator replaces the static split
+
+
+@pytest.mark.parametrize("fractions", [(0.5, 0.5), (0.05, 0.85), (0.19,), (0.19, "x"), (True, 0.5), (0.0, 0.5)])
+def test_bad_baseline_fractions_raise(fractions):
+    s = BEAM_SETTINGS["1.5b+7b"]
+    with pytest.raises(InvalidArgumentError):
+        BeamSetting("x", s.generator, s.verifier, s.hardware, 0.9, fractions)
+
+
+def test_one_at_a_time_requests_are_served_as_if_alone():
+    from reasonserve.sim.beam_search import one_at_a_time_requests
+
+    requests = one_at_a_time_requests(_pool(), 3, seed=2)
+    together = _run(requests, speculation=True).latencies_s
+    for r in requests:
+        alone = _run([BeamRequest(r.request_id, 0.0, r.prompt_tokens, r.seed)], speculation=True)
+        assert together[r.request_id] == pytest.approx(alone.latencies_s[r.request_id])
+    assert len({r.prompt_tokens for r in one_at_a_time_requests(_pool(), 20, seed=2)}) > 1
+    with pytest.raises(InvalidArgumentError):
+        one_at_a_time_requests(_pool(), 0, seed=2)

@@ -6,7 +6,8 @@ step (variable length), the verifier scores the steps, and the top beams are kep
 duplicated (:mod:`reasonserve.sim.beam_tree`). Costs come from the roofline cost model.
 
 The baseline is vLLM-like: no speculation, FCFS order with a kept beam's copies enqueued
-copy by copy (parents interleaved), the KV split evenly between the two models, prefix
+copy by copy (parents interleaved), a static KV split between the two models (two vLLM
+instances, :meth:`~reasonserve.sim.beam_models.BeamSetting.baseline_kv_bytes`), prefix
 caching on. Each FlashTTS part is a switch: ``prefix_aware`` (greedy prefix order,
 :func:`~reasonserve.policies.flashtts_prefix.prefix_order`), ``roofline`` (the KV split and
 batch sizes of :class:`~reasonserve.policies.flashtts_kv.RooflineKVAllocator`),

@@ -45,7 +45,7 @@ class BeamRun:
         floor = cfg.search.max_model_len  # each side holds at least one longest sequence
         kv_g, kv_v = cfg.setting.generator.kv_bytes_per_token, cfg.setting.verifier.kv_bytes_per_token
         self.plan, seats_g, seats_v = None, cfg.max_num_seqs, cfg.max_num_seqs
-        gen_bytes = ver_bytes = memory / 2
+        gen_bytes, ver_bytes = cfg.setting.baseline_kv_bytes()  # two vLLM instances, static split
         if cfg.roofline:  # one iteration: N verifier prefills of a whole beam, N decodes of a step
             allocator = RooflineKVAllocator(gen_cost, ver_cost)
             self.plan = allocator.plan(

@@ -8,8 +8,9 @@ recorded scores, so no serving choice changes which beams are selected. Step tim
 from the roofline cost model (:class:`~reasonserve.sim.cost_model.RooflineCostModel`).
 
 The baseline is vLLM-like: no speculation, FCFS order with a kept beam's copies enqueued
-copy by copy (parents interleaved), the KV split evenly between the two models, prefix
-caching on, 256 sequences per model. The FlashTTS parts are switches of
+copy by copy (parents interleaved), a static KV split between the two models
+(:meth:`~reasonserve.sim.beam_models.BeamSetting.baseline_kv_bytes`), prefix caching on,
+256 sequences per model. The FlashTTS parts are switches of
 :class:`~reasonserve.sim.beam_config.BeamServeConfig`: ``prefix_aware``, ``roofline``,
 ``speculation`` and ``lookahead``.
 """
@@ -26,6 +27,7 @@ from reasonserve.sim.beam_workload import (
     StepPool,
     count_tokens,
     load_step_pool,
+    one_at_a_time_requests,
     poisson_beam_requests,
 )
 
@@ -40,6 +42,7 @@ __all__ = [
     "StepPool",
     "count_tokens",
     "load_step_pool",
+    "one_at_a_time_requests",
     "poisson_beam_requests",
     "simulate_beam_search",
 ]

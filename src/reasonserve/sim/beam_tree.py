@@ -1,11 +1,12 @@
 """One request's beam search as a tree of beams, independent of timing and policy.
 
 Each iteration every active beam extends by one step; the verifier scores the steps; beams
-whose step is final are collected; of the others the top ``ceil(left / B)`` by score (ties
-by beam id) are kept and each duplicated ``B`` times, ``left`` = beams still to finish
-(search-and-learn keeps ``n / B`` and refills to ``n``; here the search ends after ``n``
-beams finished, so the width shrinks as beams finish). Selection reads only the recorded
-scores, so no serving policy can change it (the paper's algorithmic equivalence).
+whose step is final are collected; of the others the top ``n // B`` by score (ties by beam
+id) are kept and duplicated copy by copy until ``n`` beams are active again, as
+search-and-learn's ``_beam_search`` and the FlashTTS artifact do (``(active * repeats)[:n]``).
+The search ends once ``n`` beams have finished (the artifact's stopping rule) or no beam is
+left. Selection reads only the recorded scores, so no serving policy can change it (the
+paper's algorithmic equivalence).
 """
 
 from __future__ import annotations
@@ -64,32 +65,34 @@ class SearchTree:
             traj = self.pool.draw(self.request.seed, beam_id, depth)
         tokens, score, final = self.pool.step(traj, depth)
         room = self.spec.max_model_len - self.request.prompt_tokens - path_tokens
-        tokens = max(1, min(tokens, room))  # the engine stops a beam at the model's context
+        # the engine stops a step at max_tokens and a beam at the model's context: both end it
+        capped = tokens >= self.spec.max_step_tokens
+        tokens = max(1, min(tokens, room, self.spec.max_step_tokens))
         length = self.request.prompt_tokens + path_tokens + tokens
-        final = final or depth + 1 >= self.spec.max_steps or length >= self.spec.max_model_len
-        kids = tuple(f"{beam_id}.{k}" for k in range(self.spec.branching))
+        final = final or capped or depth + 1 >= self.spec.max_steps or length >= self.spec.max_model_len
+        kids = tuple(f"{beam_id}.{k}" for k in range(self.spec.branching))  # speculation's branches
         return Beam(beam_id, traj, depth, path, path_tokens, tokens, score, final, kids, prior)
 
     def child(self, parent: Beam, k: int) -> Beam:
-        """The k-th child of ``parent`` (child 0 continues the parent's trajectory); a pure
+        """The k-th copy of ``parent`` (copy 0 continues the parent's trajectory); a pure
         function of the parent, so speculation can look at it before selection."""
         traj = parent.trajectory if k == 0 else None
         path = (*parent.path, parent.beam_id)
-        return self._beam(parent.child_ids[k], path, parent.depth + 1, parent.tokens, traj, parent.score)
+        beam_id = f"{parent.beam_id}.{k}"
+        return self._beam(beam_id, path, parent.depth + 1, parent.tokens, traj, parent.score)
 
     def select(self) -> tuple[list[Beam], list[Beam]]:
         """After verification of every active beam: (beams that finished now, the next
-        active beams in selection order: kept parents by score, children in order)."""
+        ``n`` active beams: the kept parents by score, copied copy by copy)."""
         done = [b for b in self.active if b.final]
         self.finished += done
-        left = self.spec.width - len(self.finished)
         going = sorted((b for b in self.active if not b.final), key=lambda b: (-b.score, b.beam_id))
-        if left <= 0 or not going:
+        if len(self.finished) >= self.spec.width or not going:
             self.active = []
             self.selections.append(())
             return done, []
-        kept = going[: -(-left // self.spec.branching)]
+        kept = going[: self.spec.width // self.spec.branching]
         self.selections.append(tuple(b.beam_id for b in kept))
-        children = [self.child(p, k) for p in kept for k in range(self.spec.branching)][:left]
+        children = [self.child(kept[i % len(kept)], i // len(kept)) for i in range(self.spec.width)]
         self.active = children
         return done, children

@@ -31,6 +31,7 @@ __all__ = [
     "StepPool",
     "count_tokens",
     "load_step_pool",
+    "one_at_a_time_requests",
     "poisson_beam_requests",
 ]
 
@@ -121,18 +122,20 @@ def load_step_pool(path: str | pathlib.Path, *, max_problems: int | None = None)
 
 @dataclass(frozen=True, slots=True)
 class BeamSearchSpec:
-    """Beam search as in search-and-learn: ``width`` beams (the paper's n), each kept beam
-    duplicated ``branching`` times, at most ``max_steps`` steps and ``max_model_len`` tokens
-    (prompt included) per beam; the search of a request
-    ends when ``width`` beams have finished."""
+    """Beam search as in search-and-learn: ``width`` active beams (the paper's n) every
+    iteration, the best ``width // branching`` kept and copied back to ``width``; at most
+    ``max_steps`` steps, ``max_step_tokens`` tokens per step and ``max_model_len`` tokens
+    (prompt included) per beam; the search of a request ends when ``width`` beams have
+    finished."""
 
     width: int = 16
     branching: int = 4
     max_steps: int = 40  # search-and-learn's default number of iterations
     max_model_len: int = 4096  # Qwen2.5-Math's context: a beam that reaches it is final
+    max_step_tokens: int = 2048  # search-and-learn's max_tokens per step: a step cut there is final
 
     def __post_init__(self) -> None:
-        for fname in ("width", "branching", "max_steps", "max_model_len"):
+        for fname in ("width", "branching", "max_steps", "max_model_len", "max_step_tokens"):
             value = getattr(self, fname)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise InvalidArgumentError(f"BeamSearchSpec.{fname} must be an int >= 1, got {value!r}")
@@ -148,6 +151,19 @@ class BeamRequest:
     seed: int  # the search tree's draws
 
 
+def _seeded_requests(pool: StepPool, num_requests: int, seed: int, gap) -> list[BeamRequest]:
+    """``num_requests`` requests ``gap(rng)`` seconds apart, each with the prompt of a recorded
+    problem drawn at random."""
+    if isinstance(num_requests, bool) or not isinstance(num_requests, int) or num_requests < 1:
+        raise InvalidArgumentError(f"num_requests must be an int >= 1, got {num_requests!r}")
+    rng, t, out = random.Random(seed), 0.0, []
+    for i in range(num_requests):
+        t += gap(rng)
+        prompt = pool.prompt_tokens[rng.randrange(len(pool.prompt_tokens))]
+        out.append(BeamRequest(f"q{i}", t, prompt, seed * 1_000_003 + i))
+    return out
+
+
 def poisson_beam_requests(
     pool: StepPool, rate_per_s: float, num_requests: int, seed: int
 ) -> list[BeamRequest]:
@@ -155,11 +171,14 @@ def poisson_beam_requests(
     recorded problem drawn at random."""
     if isinstance(rate_per_s, bool) or not isinstance(rate_per_s, (int, float)) or not rate_per_s > 0:
         raise InvalidArgumentError(f"rate_per_s must be a number > 0, got {rate_per_s!r}")
-    if isinstance(num_requests, bool) or not isinstance(num_requests, int) or num_requests < 1:
-        raise InvalidArgumentError(f"num_requests must be an int >= 1, got {num_requests!r}")
-    rng, t, out = random.Random(seed), 0.0, []
-    for i in range(num_requests):
-        t += rng.expovariate(rate_per_s)
-        prompt = pool.prompt_tokens[rng.randrange(len(pool.prompt_tokens))]
-        out.append(BeamRequest(f"q{i}", t, prompt, seed * 1_000_003 + i))
-    return out
+    return _seeded_requests(pool, num_requests, seed, lambda rng: rng.expovariate(rate_per_s))
+
+
+ONE_AT_A_TIME_GAP_S = 1e7  # far beyond any search's latency: no two requests overlap
+
+
+def one_at_a_time_requests(pool: StepPool, num_requests: int, seed: int) -> list[BeamRequest]:
+    """The paper's setting (§6.1, "batch size of 1"): problems served one at a time. Requests
+    ``ONE_AT_A_TIME_GAP_S`` apart, each with a recorded prompt drawn as in
+    :func:`poisson_beam_requests`; callers check that no latency reached the gap."""
+    return _seeded_requests(pool, num_requests, seed, lambda rng: ONE_AT_A_TIME_GAP_S)
