@@ -2,20 +2,29 @@
 of a vLLM-like baseline vs prefix-aware ordering, roofline KV allocation, speculative beam
 extension (with look-ahead verification), each alone and all together.
 
-Settings, fixed here before any comparison ran (from the paper §6.1 and the data):
+Settings, fixed here before any comparison ran (from the paper §6.1, Fig. 12-17, the
+FlashTTS artifact's configs as described by a third-party analysis, and the data):
 
 * GPU: RTX 4090 24 GB (the sim's datasheet preset); the paper's three generator+verifier
   pairs with its memory fractions: 1.5B+1.5B at 40%, 1.5B+7B and 7B+1.5B at 90%
   (:data:`reasonserve.sim.beam_models.BEAM_SETTINGS`), and the paper's Fig. 17 memory
   point: 1.5B+1.5B with 1.5 GB of KV.
-* Beam search: width n in (16, 64, 256) (the paper: 8..512), branching factor 4
-  (search-and-learn's beam width), at most 40 steps and 4,096 tokens per beam.
+* Baseline KV split: two vLLM instances, each its ``gpu_memory_utilization`` minus its
+  weights: 0.19 / 0.71 for 1.5B+7B (the artifact's baseline), ``M`` split evenly where no
+  split is published (1.5B+1.5B: = 0.20 / 0.20; 7B+1.5B; the 1.5 GB point).
+* Beam search as search-and-learn and the artifact run it: n active beams every
+  iteration, the best n // 4 kept and copied back to n, until n beams finished; at most 40
+  steps, 2,048 tokens per step and 4,096 tokens per beam. n in (8, 32, 128, 512): the
+  ends of the paper's range 8..512 (Fig. 12) and two points between.
+* One problem at a time (§6.1: "batch size of 1"): 30 problems per cell (AIME24's size)
+  at n <= 128, 10 at n = 512 (CPU time); every latency is checked to end before the next
+  problem starts.
 * Steps and PRM scores: the recorded search-and-learn beam search of Llama-3.1-8B on
   MATH-500 (``prm_beams``), tokens counted with :func:`reasonserve.sim.beam_search.count_tokens`.
-* Arrivals: Poisson, at half the rate the baseline serves one request at a time
-  (``0.5 / mean solo latency`` of the baseline on three requests, measured first).
-* SelectSpec truncation R = 0.85 (the paper's best), sigma 0.1; roofline efficiencies and
-  the 2 ms step overhead are the simulator's constants.
+* SelectSpec truncation R = 0.85 (the paper's best, Fig. 16), sigma 0.1; roofline
+  efficiencies and the 2 ms step overhead are the simulator's constants.
+* Configurations: the baseline, each optimisation alone, the paper's cumulative ablation
+  (Fig. 15: P, P+M, P+M+S = all).
 
 Run through ``benchmarks/policies.py`` (key ``"flashtts"``) or alone:
 ``python benchmarks/_repro_flashtts.py [--quick]``.
@@ -45,14 +54,14 @@ from reasonserve.policies.flashtts_control import SpeculationState
 from reasonserve.policies.lpm import LPMPolicy
 from reasonserve.sim.beam_search import (
     BEAM_SETTINGS,
-    BeamRequest,
     BeamSearchSpec,
     BeamServeConfig,
     BeamSetting,
     load_step_pool,
-    poisson_beam_requests,
+    one_at_a_time_requests,
     simulate_beam_search,
 )
+from reasonserve.sim.beam_workload import ONE_AT_A_TIME_GAP_S
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 CONFIGS = {
@@ -60,16 +69,17 @@ CONFIGS = {
     "prefix": {"prefix_aware": True},
     "roofline": {"roofline": True},
     "speculation": {"speculation": True},
+    "prefix+roofline": {"prefix_aware": True, "roofline": True},
     "all": {"prefix_aware": True, "roofline": True, "speculation": True},
 }
 FULL = {
     "settings": ("1.5b+1.5b", "1.5b+7b", "7b+1.5b", "1.5b+1.5b@1.5GB"),
-    "widths": {16: 24, 64: 24, 256: 8},
+    "widths": {8: 30, 32: 30, 128: 30, 512: 10},
 }
-QUICK = {"settings": ("1.5b+1.5b",), "widths": {64: 8}}
+QUICK = {"settings": ("1.5b+1.5b",), "widths": {128: 4}}
 PAPER = {
     "setting": "RTX 4090 24 GB; Qwen2.5-Math 1.5B/7B + Skywork-PRM-1.5B / Math-Shepherd-7B; AIME24, AMC23; "
-    "n = 8..512, one request at a time; vLLM 0.9.2 + search-and-learn baseline",
+    "n = 8..512, one problem at a time; vLLM 0.9.2 + search-and-learn baseline (two vLLM instances)",
     "goodput_ratio": "2.2x average (1.2x..5.4x), larger at larger n",
     "latency_change": "-38%..-68%",
     "ablation": "prefix-aware (P) helps most when memory is tight, roofline allocation (M) at large n, "
@@ -87,22 +97,16 @@ def _setting(name: str) -> BeamSetting:
     return BeamSetting(name, base.generator, base.verifier, base.hardware, fraction)
 
 
-def _solo_latency(pool, setting, search) -> float:
-    """Mean latency of the baseline serving three requests one at a time (fixes the rate)."""
-    reqs = [BeamRequest(f"solo{i}", i * 1e6, pool.prompt_tokens[i], 10_000 + i) for i in range(3)]
-    result = simulate_beam_search(reqs, pool, BeamServeConfig(setting, search))
-    return statistics.fmean(result.latencies_s.values())
-
-
 def _cell(pool, setting_name: str, width: int, num_requests: int, seed: int) -> dict:
     setting, search = _setting(setting_name), BeamSearchSpec(width=width, branching=4)
-    rate = 0.5 / _solo_latency(pool, setting, search)
-    requests = poisson_beam_requests(pool, rate, num_requests, seed)
+    requests = one_at_a_time_requests(pool, num_requests, seed)
     runs, selections = {}, {}
     for name, kw in CONFIGS.items():
-        start = time.perf_counter()
+        start = time.process_time()
         result = simulate_beam_search(requests, pool, BeamServeConfig(setting, search, **kw))
-        runs[name] = {**result.summary(), "wall_s": time.perf_counter() - start}
+        if max(result.latencies_s.values()) >= ONE_AT_A_TIME_GAP_S:
+            raise RuntimeError(f"{setting_name} n={width} {name}: a search outlasted the gap to the next")
+        runs[name] = {**result.summary(), "cpu_s": time.process_time() - start}
         selections[name] = result.selections
     base = runs["baseline"]
     ratios = {
@@ -113,10 +117,10 @@ def _cell(pool, setting_name: str, width: int, num_requests: int, seed: int) -> 
         for name, s in runs.items()
     }
     same = all(sel == selections["baseline"] for sel in selections.values())
-    print(f"{setting_name:9s} n={width:3d} rate {rate:.4f}/s  "
+    print(f"{setting_name:9s} n={width:3d} x{num_requests}  "
           + "  ".join(f"{k} {v['goodput_ratio']:.2f}x/{v['latency_change']:+.0%}" for k, v in ratios.items())
           + f"  same selections: {same}", flush=True)  # fmt: skip
-    return {"setting": setting_name, "width": width, "requests": num_requests, "rate_per_s": rate,
+    return {"setting": setting_name, "width": width, "requests": num_requests,
             "runs": runs, "ratios": ratios, "selections_identical": same}  # fmt: skip
 
 
@@ -181,13 +185,13 @@ def run(quick: bool, data_dir: pathlib.Path, seed: int) -> dict:
 
 
 def markdown(section: dict) -> str:
-    lines = ["| setting | n | req/s | config | goodput tok/s | x baseline | mean latency s | change | "
+    lines = ["| setting | n | problems | config | goodput tok/s | x baseline | mean latency s | change | "
              "recompute tok | spec tok (kept) |", "|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
     for c in section["cells"]:
         for name, s in c["runs"].items():
             r = c["ratios"][name]
             spec = f"{s['spec_tokens']:.0f} ({s['spec_tokens_kept']:.0f})" if "spec_tokens" in s else "-"
-            lines.append(f"| {c['setting']} | {c['width']} | {c['rate_per_s']:.4f} | {name} | "
+            lines.append(f"| {c['setting']} | {c['width']} | {c['requests']} | {name} | "
                          f"{s['precise_goodput_tokens_s']:.2f} | {r['goodput_ratio']:.2f} | "
                          f"{s['mean_latency_s']:.1f} | {r['latency_change']:+.0%} | "
                          f"{s['recompute_tokens']:.0f} | {spec} |")  # fmt: skip
