@@ -14,9 +14,11 @@ from reasonserve.sim.config import SimConfig
 from reasonserve.sim.hardware import HARDWARE
 from reasonserve.sim.metrics import summarize
 from reasonserve.sim.model_spec import MODELS
+from reasonserve.sim.plots import write_png
 from reasonserve.sim.profile import load_profile
 from reasonserve.sim.program_cli import add_program_args, run_programs
 from reasonserve.sim.simulator import simulate
+from reasonserve.sim.trace_workloads import TRACE_SOURCES, trace_workload
 from reasonserve.sim.traces import load_lengths
 from reasonserve.sim.workload import poisson_workload
 
@@ -40,9 +42,25 @@ def add_sim_parser(sub) -> None:
     w = p.add_argument_group("workload")
     w.add_argument(
         "--lengths",
-        choices=("servegen", "qwen3"),
+        choices=("servegen", "qwen3", *TRACE_SOURCES),
         default="servegen",
-        help="length source: ServeGen DeepSeek-R1 (input/output/reason ratio) or Qwen3-8B full texts",
+        help="length source: ServeGen DeepSeek-R1 (input/output/reason ratio), Qwen3-8B full texts, or a "
+        "recorded serving trace replayed request by request (Azure 2023 code/conversation, Mooncake "
+        "conversation/synthetic with prefix block ids, ShareGPT lengths)",
+    )
+    w.add_argument(
+        "--arrivals",
+        choices=("poisson", "trace"),
+        default=None,
+        help="'poisson' at --rate, or 'trace': the recorded arrival times with gaps scaled to a mean "
+        "rate of --rate (Azure, Mooncake); default: 'trace' where the source records times",
+    )
+    w.add_argument(
+        "--reason-split",
+        choices=("servegen", "none"),
+        default="servegen",
+        help="for serving traces (non-reasoning services): split each output into reasoning and answer "
+        "with a reason ratio drawn from ServeGen DeepSeek-R1's distribution, or 'none' (all answer)",
     )
     w.add_argument(
         "--data", type=pathlib.Path, default=pathlib.Path("../shared/data"), help="recorded data root"
@@ -97,6 +115,10 @@ def add_sim_parser(sub) -> None:
     p.add_argument(
         "--out", type=pathlib.Path, default=None, help="write the JSON summary here (default: stdout)"
     )
+    p.add_argument(
+        "--png", type=pathlib.Path, default=None,
+        help="also plot TTFT CDF, tail TTFT per reasoning-length bin and QoE CDF here (request workloads)",
+    )  # fmt: skip
 
 
 def _factory(args):
@@ -128,6 +150,24 @@ def _profile(args):
     return load_profile(args.profile_table)
 
 
+def _workload(args, config: SimConfig) -> tuple[list, str]:
+    if args.lengths in TRACE_SOURCES:
+        if args.program_size != 1:
+            raise InvalidArgumentError("--program-size needs --lengths servegen or qwen3")
+        arrivals = args.arrivals or ("poisson" if args.lengths == "sharegpt" else "trace")
+        skipped: dict[str, int] = {}
+        reqs = trace_workload(args.lengths, args.data, args.rate, args.requests, args.seed, arrivals=arrivals,
+                              reason_split=args.reason_split, block_size=config.block_size,
+                              skipped=skipped)  # fmt: skip
+        counts = ", ".join(f"{n} {why}" for why, n in skipped.items())
+        return reqs, f"{args.lengths} trace, {arrivals} arrivals, reason split {args.reason_split} ({counts})"
+    if args.arrivals == "trace":
+        raise InvalidArgumentError(f"--lengths {args.lengths} has no arrival times: use --arrivals poisson")
+    table = load_lengths(args.lengths, args.data, seed=args.seed)
+    reqs = poisson_workload(table, args.rate, args.requests, args.seed, programs_of=args.program_size)
+    return reqs, table.source
+
+
 def run_sim(args: argparse.Namespace, out: TextIO) -> int:
     if args.requests < 1:
         raise InvalidArgumentError(f"--requests must be >= 1, got {args.requests}")
@@ -139,15 +179,19 @@ def run_sim(args: argparse.Namespace, out: TextIO) -> int:
     router_name = args.router or ("pascal" if args.policy == "pascal" else "least_kv")
     router = ROUTERS[router_name]()
     if args.sc_file is not None:  # SC programs from recorded samples
+        if args.png is not None:
+            raise InvalidArgumentError("--png plots request workloads; SC programs report JSON only")
         summary = run_programs(args, config, factory, router)
         summary.update(config=repr(config), cost_model=args.cost_model)
     else:
-        table = load_lengths(args.lengths, args.data, seed=args.seed)
-        reqs = poisson_workload(table, args.rate, args.requests, args.seed, programs_of=args.program_size)
-        summary = summarize(simulate(reqs, config, factory, router))
-        summary.update(
-            lengths=table.source, rate_rps=args.rate, config=repr(config), cost_model=args.cost_model
-        )
+        reqs, source = _workload(args, config)
+        result = simulate(reqs, config, factory, router)
+        summary = summarize(result)
+        summary.update(lengths=source, rate_rps=args.rate, config=repr(config), cost_model=args.cost_model)
+        if args.png is not None:
+            title = f"{args.policy} / {result.router}, {source}, {args.rate} req/s, {args.instances} inst."
+            drawn = write_png(result, args.png, title)
+            print(f"wrote {args.png}" if drawn else "matplotlib is not installed: no PNG", file=out)
     text = json.dumps(summary, indent=1, default=str)
     if args.out is None:
         print(text, file=out)

@@ -1,0 +1,131 @@
+"""Serving traces replayed as simulator workloads (``reasonserve.sim.trace_workloads``):
+recorded arrival order and burstiness kept at a scaled rate, Mooncake prefix blocks turned
+into shared prefix hashes, reasoning split drawn from ServeGen, malformed rows named.
+Small fake trace files; one test reads the real recordings when ``../shared/data`` is there."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import pathlib
+
+import pytest
+
+from reasonserve.cli import main
+from reasonserve.core.errors import InvalidArgumentError
+from reasonserve.sim.trace_workloads import TRACE_SOURCES, load_trace, trace_workload
+from test_sim import _write_fake_traces
+
+DATA = pathlib.Path(__file__).resolve().parents[2] / "shared" / "data"
+
+
+def _write_serving_traces(root: pathlib.Path) -> None:
+    _write_fake_traces(root)  # ServeGen (reason ratio 0.6) and Qwen3 texts
+    st = root / "serving_traces"
+    (st / "azure_llm_2023").mkdir()
+    azure = ["TIMESTAMP,ContextTokens,GeneratedTokens", "2023-11-16 18:15:46.0000000,100,10",
+             "2023-11-16 18:15:46.5000000,200,20", "2023-11-16 18:15:50.0000000,300,0",
+             "2023-11-16 18:15:56.0000000,400,40"]  # fmt: skip
+    (st / "azure_llm_2023" / "AzureLLMInferenceTrace_conv.csv").write_text("\n".join(azure) + "\n")
+    (st / "mooncake_fast25").mkdir()
+    rows = [{"timestamp": 0, "input_length": 1100, "output_length": 10, "hash_ids": [0, 1, 2]},
+            {"timestamp": 1000, "input_length": 700, "output_length": 5, "hash_ids": [0, 3]},
+            {"timestamp": 3000, "input_length": 600, "output_length": 8, "hash_ids": [4, 5]}]  # fmt: skip
+    (st / "mooncake_fast25" / "conversation_trace.jsonl").write_text("\n".join(map(json.dumps, rows)))
+    (st / "sharegpt_lengths").mkdir()
+    (st / "sharegpt_lengths" / "sharegpt_8k_filtered_stats_llama2_tokenizer.csv").write_text(
+        "num_prefill_tokens,num_decode_tokens,num_total_tokens,pd_ratio\n74,918,992,0.08\n290,905,1195,0.32\n"
+    )
+
+
+def test_azure_arrivals_keep_the_recorded_gaps_scaled_to_the_rate(tmp_path):
+    _write_serving_traces(tmp_path)
+    skipped: dict[str, int] = {}
+    reqs = trace_workload("azure-conv", tmp_path, 0.3, 10, seed=0, skipped=skipped)
+    assert skipped == {"rows without prompt or output": 1}  # the 0-token output row, counted
+    assert [r.prompt_tokens for r in reqs] == [100, 200, 400]
+    # recorded at 0, 0.5, 10 s: 2 gaps over 10 s; at 0.3 req/s the mean gap is 1/0.3 s, so
+    # the span becomes 2/0.3 s and every gap is scaled by 2/3
+    assert [r.arrival_s for r in reqs] == pytest.approx([0.0, 0.5 * 2 / 3, 10 * 2 / 3])
+    # ServeGen ratio 0.6 in the fake data: reasoning = round(0.6 * output), the rest answer
+    assert [(r.reasoning_tokens, r.answer_tokens) for r in reqs] == [(6, 4), (12, 8), (24, 16)]
+    plain = trace_workload("azure-conv", tmp_path, 0.3, 10, seed=0, reason_split="none")
+    assert all(r.reasoning_tokens == 0 and r.answer_tokens > 0 for r in plain)
+
+
+def test_mooncake_blocks_become_shared_prefix_hashes(tmp_path):
+    _write_serving_traces(tmp_path)
+    a, b, c = trace_workload("mooncake-conversation", tmp_path, 1.0, 3, seed=0, block_size=16)
+    assert len(a.prefix_hashes) == 1100 // 16 and len(b.prefix_hashes) == 700 // 16
+    # a and b share trace block 0 (tokens 0-511 = 32 blocks of 16) and nothing after it
+    assert a.prefix_hashes[:32] == b.prefix_hashes[:32]
+    assert a.prefix_hashes[32] != b.prefix_hashes[32]
+    assert not set(c.prefix_hashes) & set(a.prefix_hashes)
+    assert [r.arrival_s for r in (a, b, c)] == pytest.approx([0.0, 2 / 3, 2.0])  # 3 s span, 2 gaps
+
+
+def test_sharegpt_has_no_times_and_needs_poisson(tmp_path):
+    _write_serving_traces(tmp_path)
+    with pytest.raises(InvalidArgumentError, match="poisson"):
+        trace_workload("sharegpt", tmp_path, 1.0, 2, seed=0)
+    a = trace_workload("sharegpt", tmp_path, 1.0, 2, seed=5, arrivals="poisson")
+    assert a == trace_workload("sharegpt", tmp_path, 1.0, 2, seed=5, arrivals="poisson")
+    assert [r.prompt_tokens for r in a] == [74, 290] and 0 < a[0].arrival_s < a[1].arrival_s
+
+
+@pytest.mark.parametrize(
+    ("name", "line", "where"),
+    [
+        ("azure_llm_2023/AzureLLMInferenceTrace_conv.csv", "yesterday,1,1", ":2"),
+        ("azure_llm_2023/AzureLLMInferenceTrace_conv.csv", "2023-11-16 18:15:46.0,1.5,1", ":2"),
+        ("mooncake_fast25/conversation_trace.jsonl", '{"timestamp": "x", "input_length": 1}', ":1"),
+        ("mooncake_fast25/conversation_trace.jsonl", '{"timestamp": 0, "input_length": -4, "output_length": 1}',
+         ":1"),
+    ],
+)  # fmt: skip
+def test_malformed_rows_are_typed_errors_naming_file_and_line(tmp_path, name, line, where):
+    _write_serving_traces(tmp_path)
+    path = tmp_path / "serving_traces" / name
+    header = "TIMESTAMP,ContextTokens,GeneratedTokens\n" if name.endswith(".csv") else ""
+    path.write_text(header + line + "\n")
+    source = "azure-conv" if "azure" in name else "mooncake-conversation"
+    with pytest.raises(InvalidArgumentError, match=f"{path.name}{where}"):
+        load_trace(source, tmp_path)
+
+
+def test_bad_arguments(tmp_path):
+    _write_serving_traces(tmp_path)
+    for kwargs, match in (({"arrivals": "uniform"}, "arrivals"), ({"reason_split": "half"}, "reason_split")):
+        with pytest.raises(InvalidArgumentError, match=match):
+            trace_workload("azure-conv", tmp_path, 1.0, 2, seed=0, **kwargs)
+    with pytest.raises(InvalidArgumentError, match="rate_per_s"):
+        trace_workload("azure-conv", tmp_path, float("nan"), 2, seed=0)
+    with pytest.raises(InvalidArgumentError, match="trace source"):
+        load_trace("alpaca", tmp_path)
+    with pytest.raises(InvalidArgumentError, match="data_dir"):
+        load_trace("azure-code", tmp_path)  # not written
+
+
+def test_cli_replays_a_trace_and_plots(tmp_path, capsys):
+    _write_serving_traces(tmp_path)
+    out, png = tmp_path / "sim.json", tmp_path / "sim.png"
+    argv = ["sim", "--data", str(tmp_path), "--lengths", "mooncake-conversation", "--requests", "3",
+            "--rate", "1", "--instances", "2", "--model", "qwen2.5-7b", "--policy", "lpm",
+            "--out", str(out), "--png", str(png)]  # fmt: skip
+    assert main(argv) == 0
+    summary = json.loads(out.read_text())
+    assert summary["num_requests"] == 3 and "mooncake-conversation trace, trace arrivals" in summary["lengths"]
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert main([*argv[:4], "qwen3", "--arrivals", "trace"]) == 2
+    assert "arrival times" in capsys.readouterr().err
+
+
+@pytest.mark.skipif(not (DATA / "serving_traces").is_dir(), reason="needs ../shared/data")
+def test_the_recorded_traces_load():
+    for source in TRACE_SOURCES:
+        rows = load_trace(source, DATA)
+        assert len(rows) > 3000 and all(r.prompt_tokens >= 0 for r in rows)
+        arrivals = "poisson" if source == "sharegpt" else "trace"
+        reqs = trace_workload(source, DATA, 2.0, 500, seed=0, arrivals=arrivals)
+        assert len(reqs) == 500 and all(b.arrival_s >= a.arrival_s for a, b in itertools.pairwise(reqs))
+        assert 500 / reqs[-1].arrival_s == pytest.approx(2.0, rel=0.25)
