@@ -1,6 +1,7 @@
 """Serving traces replayed as simulator workloads (``reasonserve.sim.trace_workloads``):
 recorded arrival order and burstiness kept at a scaled rate, Mooncake prefix blocks turned
-into shared prefix hashes, reasoning split drawn from ServeGen, malformed rows named.
+into shared prefix hashes, reasoning split drawn from ServeGen, malformed rows named; and
+ServeGen's production arrival process (``reasonserve.sim.servegen_arrivals``).
 Small fake trace files; one test reads the real recordings when ``../shared/data`` is there."""
 
 from __future__ import annotations
@@ -8,12 +9,15 @@ from __future__ import annotations
 import itertools
 import json
 import pathlib
+import statistics
 
 import pytest
 
 from reasonserve.cli import main
 from reasonserve.core.errors import InvalidArgumentError
+from reasonserve.sim.servegen_arrivals import retimed, servegen_arrival_times
 from reasonserve.sim.trace_workloads import TRACE_SOURCES, load_trace, trace_workload
+from reasonserve.sim.workload import LengthTable, poisson_workload
 from test_sim import _write_fake_traces
 
 DATA = pathlib.Path(__file__).resolve().parents[2] / "shared" / "data"
@@ -129,3 +133,61 @@ def test_the_recorded_traces_load():
         reqs = trace_workload(source, DATA, 2.0, 500, seed=0, arrivals=arrivals)
         assert len(reqs) == 500 and all(b.arrival_s >= a.arrival_s for a, b in itertools.pairwise(reqs))
         assert 500 / reqs[-1].arrival_s == pytest.approx(2.0, rel=0.25)
+    times = servegen_arrival_times(DATA, 2000, 4.0, seed=0)
+    assert len(times) == 2000 and 1999 / times[-1] == pytest.approx(4.0)
+
+
+def _write_rate_trace(root: pathlib.Path, rows: list[str]) -> None:
+    folder = root / "serving_traces" / "servegen_deepseek_r1"
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "chunk-0-trace.csv").write_text("\n".join(rows) + "\n")
+
+
+def test_servegen_arrivals_follow_the_windows_law_at_the_asked_rate(tmp_path):
+    # one bursty window (Gamma shape 0.1: cv ~ 3.2), an idle one, a regular one (shape 50: cv ~ 0.14)
+    _write_rate_trace(tmp_path, ["0,1,3.2,Gamma,0.1,10", "600,0,0,,0,0", "1200,1,0.14,Gamma,50,0.02"])
+    times = servegen_arrival_times(tmp_path, 3000, 2.0, seed=1)
+    assert times == sorted(times) and times[0] == 0.0
+    assert (len(times) - 1) / times[-1] == pytest.approx(2.0)
+    gaps = [b - a for a, b in itertools.pairwise(times)]
+    cv = statistics.pstdev(gaps) / statistics.fmean(gaps)
+    assert cv > 1.5  # the bursty window dominates the gaps: far from Poisson's 1
+    assert times == servegen_arrival_times(tmp_path, 3000, 2.0, seed=1)
+    assert times != servegen_arrival_times(tmp_path, 3000, 2.0, seed=2)
+
+
+def test_retimed_keeps_program_samples_together(tmp_path):
+    _write_rate_trace(tmp_path, ["0,1,1,Weibull,1.0,1.0"])
+    table = LengthTable(((10, 5, 5),), "fixture")
+    reqs = poisson_workload(table, 1.0, 12, seed=0, programs_of=4)
+    out = retimed(reqs, tmp_path, 0.5, seed=0)
+    assert [r.request_id for r in out] == [r.request_id for r in reqs]
+    assert len({r.arrival_s for r in out[:4]}) == 1 and len({r.arrival_s for r in out}) == 3
+    assert out[4].arrival_s > out[0].arrival_s
+
+
+@pytest.mark.parametrize(
+    ("rows", "match"),
+    [
+        (["0,1,1,Gamma,0.5"], "6 fields"),
+        (["0,1,1,Pareto,1,1"], "unknown inter-arrival law"),
+        (["0,1,1,Gamma,nan,1"], "finite number > 0"),
+        (["x,1,1,Gamma,1,1"], "not a number"),
+        (["0,0,0,,0,0"], "no window with traffic"),
+        (["0,1,1,Gamma,1,1e6"], "no arrival inside"),  # every gap is longer than a window
+    ],
+)
+def test_bad_rate_traces_are_typed_errors(tmp_path, rows, match):
+    _write_rate_trace(tmp_path, rows)
+    with pytest.raises(InvalidArgumentError, match=match):
+        servegen_arrival_times(tmp_path, 10, 1.0, seed=0)
+
+
+def test_cli_servegen_arrivals(tmp_path):
+    _write_serving_traces(tmp_path)
+    _write_rate_trace(tmp_path, ["0,1,1,Gamma,0.5,2", "600,1,1,Gamma,1,1"])
+    out = tmp_path / "sim.json"
+    assert main(["sim", "--data", str(tmp_path), "--requests", "30", "--rate", "2", "--instances", "2",
+                 "--model", "qwen2.5-7b", "--arrivals", "servegen", "--out", str(out)]) == 0  # fmt: skip
+    summary = json.loads(out.read_text())
+    assert summary["num_requests"] == 30 and "ServeGen chunk-0 arrivals" in summary["lengths"]

@@ -17,6 +17,7 @@ from reasonserve.sim.model_spec import MODELS
 from reasonserve.sim.plots import write_png
 from reasonserve.sim.profile import load_profile
 from reasonserve.sim.program_cli import add_program_args, run_programs
+from reasonserve.sim.servegen_arrivals import retimed
 from reasonserve.sim.simulator import simulate
 from reasonserve.sim.trace_workloads import TRACE_SOURCES, trace_workload
 from reasonserve.sim.traces import load_lengths
@@ -50,11 +51,14 @@ def add_sim_parser(sub) -> None:
     )
     w.add_argument(
         "--arrivals",
-        choices=("poisson", "trace"),
+        choices=("poisson", "trace", "servegen"),
         default=None,
-        help="'poisson' at --rate, or 'trace': the recorded arrival times with gaps scaled to a mean "
-        "rate of --rate (Azure, Mooncake); default: 'trace' where the source records times",
+        help="'poisson' at --rate; 'trace': the recorded arrival times with gaps scaled to a mean "
+        "rate of --rate (Azure, Mooncake); 'servegen': ServeGen DeepSeek-R1's production arrival "
+        "process (per-window Gamma/Weibull gaps of --servegen-chunk) scaled to --rate; default: "
+        "'trace' where the source records times, else 'poisson'",
     )
+    w.add_argument("--servegen-chunk", type=int, default=0, help="rate trace chunk for --arrivals servegen")
     w.add_argument(
         "--reason-split",
         choices=("servegen", "none"),
@@ -151,17 +155,25 @@ def _profile(args):
 
 
 def _workload(args, config: SimConfig) -> tuple[list, str]:
+    if args.arrivals != "servegen":
+        return _lengths_workload(args, config, args.arrivals)
+    reqs, source = _lengths_workload(args, config, "poisson")  # then ServeGen's times replace Poisson's
+    reqs = retimed(reqs, args.data, args.rate, args.seed, chunk=args.servegen_chunk)
+    return reqs, f"{source}; ServeGen chunk-{args.servegen_chunk} arrivals"
+
+
+def _lengths_workload(args, config: SimConfig, arrivals: str | None) -> tuple[list, str]:
     if args.lengths in TRACE_SOURCES:
         if args.program_size != 1:
             raise InvalidArgumentError("--program-size needs --lengths servegen or qwen3")
-        arrivals = args.arrivals or ("poisson" if args.lengths == "sharegpt" else "trace")
+        arrivals = arrivals or ("poisson" if args.lengths == "sharegpt" else "trace")
         skipped: dict[str, int] = {}
         reqs = trace_workload(args.lengths, args.data, args.rate, args.requests, args.seed, arrivals=arrivals,
                               reason_split=args.reason_split, block_size=config.block_size,
                               skipped=skipped)  # fmt: skip
         counts = ", ".join(f"{n} {why}" for why, n in skipped.items())
         return reqs, f"{args.lengths} trace, {arrivals} arrivals, reason split {args.reason_split} ({counts})"
-    if args.arrivals == "trace":
+    if arrivals == "trace":
         raise InvalidArgumentError(f"--lengths {args.lengths} has no arrival times: use --arrivals poisson")
     table = load_lengths(args.lengths, args.data, seed=args.seed)
     reqs = poisson_workload(table, args.rate, args.requests, args.seed, programs_of=args.program_size)
