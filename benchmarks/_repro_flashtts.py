@@ -160,11 +160,19 @@ def decide_speed() -> dict:
     return out
 
 
-def run(quick: bool, data_dir: pathlib.Path, seed: int) -> dict:
-    plan = QUICK if quick else FULL
+def _pool(data_dir: pathlib.Path):
     path = next(iter(sorted((pathlib.Path(data_dir) / "prm_beams").glob("*.jsonl"))))
-    pool = load_step_pool(path)
-    cells = [_cell(pool, s, w, n, seed) for s in plan["settings"] for w, n in plan["widths"].items()]
+    return path, load_step_pool(path)
+
+
+def run_cells(settings, widths: dict[int, int], data_dir: pathlib.Path, seed: int) -> list[dict]:
+    _, pool = _pool(data_dir)
+    return [_cell(pool, s, w, n, seed) for s in settings for w, n in widths.items()]
+
+
+def section_of(cells: list[dict], data_dir: pathlib.Path) -> dict:
+    """The results section: the cells, the headline over them, the decide() speed."""
+    path, pool = _pool(data_dir)
     goodput = [c["ratios"]["all"]["goodput_ratio"] for c in cells]
     latency = [c["ratios"]["all"]["latency_change"] for c in cells]
     return {
@@ -182,6 +190,11 @@ def run(quick: bool, data_dir: pathlib.Path, seed: int) -> dict:
         },
         "decide_ms_median": decide_speed(),
     }
+
+
+def run(quick: bool, data_dir: pathlib.Path, seed: int) -> dict:
+    plan = QUICK if quick else FULL
+    return section_of(run_cells(plan["settings"], plan["widths"], data_dir, seed), data_dir)
 
 
 def markdown(section: dict) -> str:
@@ -231,6 +244,24 @@ def plot(section: dict, path: pathlib.Path) -> None:
     plt.close(fig)
 
 
+def _parts(args: argparse.Namespace, out: pathlib.Path) -> None:
+    """``--setting``: one setting's cells to their own file; ``--merge``: every setting's
+    file (all must be there) into the full results, as one sequential run would write them."""
+    part = RESULTS / "flashtts_{}.json"
+    if args.setting:
+        cells = run_cells((args.setting,), FULL["widths"], args.data, args.seed)
+        RESULTS.mkdir(exist_ok=True)
+        part.format(args.setting).write_text(json.dumps({"seed": args.seed, "cells": cells}, default=str))
+        return
+    parts = [json.loads(part.format(name).read_text()) for name in FULL["settings"]]
+    if any(p["seed"] != args.seed for p in parts):
+        raise SystemExit(f"the per-setting results were not all run with --seed {args.seed}")
+    section = section_of([c for p in parts for c in p["cells"]], args.data)
+    out.write_text(json.dumps({"machine": machine("cpu"), "quick": False, "seed": args.seed,
+                               "flashtts": section}, indent=1, default=str))  # fmt: skip
+    print(f"wrote {out}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
@@ -238,8 +269,14 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--markdown", action="store_true", help="print the docs table from the last results")
     parser.add_argument("--plot", type=pathlib.Path, help="write the goodput plot of the last results here")
+    parser.add_argument("--setting", choices=FULL["settings"],
+                        help="run only this setting's cells (to run settings side by side), see --merge")
+    parser.add_argument("--merge", action="store_true", help="join the --setting results into one")
     args = parser.parse_args()
     out = RESULTS / ("flashtts_quick.json" if args.quick else "flashtts.json")
+    if args.setting or args.merge:
+        _parts(args, out)
+        return
     if args.markdown or args.plot:
         section = json.loads(out.read_text())["flashtts"]
         if args.plot:
