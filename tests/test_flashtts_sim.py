@@ -218,6 +218,10 @@ def test_one_at_a_time_requests_are_served_as_if_alone():
     for r in requests:
         alone = _run([BeamRequest(r.request_id, 0.0, r.prompt_tokens, r.seed)], speculation=True)
         assert together[r.request_id] == pytest.approx(alone.latencies_s[r.request_id])
+        # one request alone: the GPU is busy from arrival to the end, with one model at a time
+        busy = alone.summary()
+        assert busy["generator_s"] > 0 and busy["verifier_s"] > 0
+        assert busy["generator_s"] + busy["verifier_s"] == pytest.approx(busy["makespan_s"])
     assert len({r.prompt_tokens for r in one_at_a_time_requests(_pool(), 20, seed=2)}) > 1
     with pytest.raises(InvalidArgumentError):
         one_at_a_time_requests(_pool(), 0, seed=2)

@@ -34,6 +34,7 @@ class BeamRun:
         self.latencies: dict[str, float] = {}
         self.selections: dict[str, tuple[tuple[str, ...], ...]] = {}
         self.switch_s, self.last_model = 0.0, "gen"
+        self.busy_s = {"generator": 0.0, "verifier": 0.0}  # GPU seconds per model (Fig. 13's breakdown)
         self._build_models()
         self.spec = Speculation(self, config.selector()) if config.speculation else None
         self.lookahead = LookaheadVerification(enabled=config.use_lookahead)
@@ -73,6 +74,7 @@ class BeamRun:
                 self._switch("ver")
                 seconds, batch = self.ver.step()
                 self.time += seconds
+                self.busy_s["verifier"] += seconds
                 self._verified(batch)
             elif self.gen.queue or self.gen.running:
                 self._switch("gen")
@@ -88,6 +90,7 @@ class BeamRun:
         out = {"decode_tokens": self.gen.decode_tokens, "recompute_tokens": self.gen.recompute_tokens,
                "verifier_prefill_tokens": self.ver.prefill_tokens, "offload_switch_s": self.switch_s,
                "generator_evicted_tokens": self.gen.cache.evicted_tokens,
+               "generator_s": self.busy_s["generator"], "verifier_s": self.busy_s["verifier"],
                "makespan_s": self.time}  # fmt: skip
         if self.spec is not None:
             out.update(self.spec.counters())
@@ -125,6 +128,7 @@ class BeamRun:
         if k:
             seconds += self.gen.decode_time(k)
         self.time += seconds
+        self.busy_s["generator"] += seconds
         finished = self.gen.advance(k) if k else []
         for task in finished:
             self.gen.finish(task)
