@@ -57,10 +57,12 @@ class TraceRow:
     block_ids: tuple[int, ...] = ()
 
 
-def _count(value: str, where: str) -> int:
+def _count(value: object, where: str) -> int:
     try:
+        if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+            raise TypeError
         number = float(value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         raise InvalidArgumentError(f"{where}: not a token count: {str(value)[:40]!r}") from None
     if not number >= 0 or number != int(number) or number > 10**8:
         raise InvalidArgumentError(f"{where}: not a token count: {str(value)[:40]!r}")
@@ -153,14 +155,15 @@ def _arrivals(rows: list[TraceRow], mode: str, rate_per_s: float, rng: random.Ra
             t += rng.expovariate(rate_per_s)
             out.append(t)
         return out
-    if any(r.arrival_s is None for r in rows):
+    recorded = [r.arrival_s for r in rows]
+    if any(t is None for t in recorded):
         raise InvalidArgumentError("this trace records no arrival times: use arrivals='poisson'")
-    times = sorted(r.arrival_s for r in rows)  # type: ignore[type-var]
-    span = times[-1] - times[0]
+    known = [float(t) for t in recorded if t is not None]
+    first, span = min(known), max(known) - min(known)
     if span <= 0:  # every request at one instant: keep it that way
         return [0.0] * len(rows)
     scale = (len(rows) - 1) / rate_per_s / span  # mean gap becomes 1 / rate_per_s
-    return [(r.arrival_s - times[0]) * scale for r in rows]  # type: ignore[operator]
+    return [(t - first) * scale for t in known]
 
 
 def trace_workload(
