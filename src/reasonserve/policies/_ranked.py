@@ -11,6 +11,7 @@ one is admitted (so a large request is not starved by a stream of small ones).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
+from operator import attrgetter
 
 import numpy as np
 
@@ -19,6 +20,9 @@ from reasonserve.core.views import RequestView, SchedulerView
 from reasonserve.policies._order import BY_ID, Programs
 
 __all__ = ["decide_programs", "decide_ranked", "decide_segments"]
+
+_NUM_BLOCKS = attrgetter("num_blocks")
+_BLOCKS_NEEDED = attrgetter("blocks_needed")
 
 
 def decide_ranked(
@@ -56,7 +60,7 @@ class _Fill:
     """The running state of one ranked fill: blocks and seats left, decisions so far."""
 
     def __init__(self, view: SchedulerView, mode: str | None) -> None:
-        self.budget = view.free_blocks + sum(r.num_blocks for r in view.running)
+        self.budget = view.free_blocks + sum(map(_NUM_BLOCKS, view.running))
         self.seats, self.mode, self.blocked = view.max_num_seqs, mode, False
         self.admits: list[Decision] = []
         self.preempts: list[Decision] = []
@@ -106,25 +110,39 @@ def decide_programs(
     """:func:`decide_ranked` over ``programs.requests`` (``view.running + view.waiting``)
     ranked program by program in ``program_order`` (best first), each program's requests
     by id. Programs are visited only until admission is blocked; the running requests of
-    the programs not visited are then seen in the same ranked order."""
+    the programs not visited are then seen in the same ranked order (or not at all when
+    they all fit: then the order cannot change a decision)."""
     fill, reqs, nrun = _Fill(view, mode), programs.requests, len(view.running)
     grouped, starts = programs.members()
-    seen: set[int] = set()
-    for g in program_order.tolist():
+    visited = len(program_order)
+    for pos, g in enumerate(program_order.tolist()):
         idx = grouped[starts[g] : starts[g + 1]].tolist()
-        for i in sorted(idx, key=lambda i: reqs[i].request_id) if len(idx) > 1 else idx:
+        if len(idx) > 1:
+            idx.sort(key=lambda i: reqs[i].request_id)
+        for i in idx:
             if i < nrun:
                 fill.running(reqs[i])
-                seen.add(i)
             elif not fill.blocked:
                 fill.waiting(reqs[i])
         if fill.blocked:
+            visited = pos + 1
             break
-    if len(seen) < nrun:
-        rank = np.empty(len(program_order), np.int64)
-        rank[program_order] = np.arange(len(program_order))
-        codes = programs.codes
-        rest = (i for i in range(nrun) if i not in seen)
-        for i in sorted(rest, key=lambda i: (rank[codes[i]], BY_ID(reqs[i]))):
+    rank = np.empty(len(program_order), np.intp)
+    rank[program_order] = np.arange(len(program_order))
+    run_rank = rank[programs.codes[:nrun]]
+    rest = np.flatnonzero(run_rank >= visited).tolist()
+    if rest and not _all_fit(fill, [reqs[i] for i in rest]):
+        rest.sort(key=list(map(BY_ID, view.running)).__getitem__)
+        rest.sort(key=run_rank.tolist().__getitem__)  # stable: by (program rank, id)
+        for i in rest:
             fill.running(reqs[i])
     return fill.preempts + fill.admits
+
+
+def _all_fit(fill: _Fill, running: Sequence[RequestView]) -> bool:
+    """Whether every one of ``running`` keeps its seat, in any order (then take them)."""
+    cost = sum(map(_NUM_BLOCKS, running)) + sum(map(_BLOCKS_NEEDED, running))
+    if len(running) > fill.seats or cost > fill.budget:
+        return False
+    fill.budget, fill.seats = fill.budget - cost, fill.seats - len(running)
+    return True

@@ -7,8 +7,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-import numpy as np
-
 from reasonserve.core.decisions import Decision
 from reasonserve.core.views import SchedulerView
 from reasonserve.policies._order import Programs
@@ -23,5 +21,5 @@ class AppFIFOPolicy:
 
     def decide(self, view: SchedulerView) -> Sequence[Decision]:
         programs = Programs(view.running + view.waiting)
-        order = np.lexsort((programs.key_rank(), programs.min_arrival))  # (earliest arrival, program)
+        order = programs.order(programs.min_arrival)  # (earliest arrival, program key)
         return decide_programs(view, programs, order)

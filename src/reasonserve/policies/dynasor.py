@@ -28,20 +28,19 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from operator import attrgetter
 
 import numpy as np
 
 from reasonserve.core.decisions import Decision
 from reasonserve.core.errors import InvalidArgumentError
 from reasonserve.core.views import SchedulerView
-from reasonserve.policies._order import BY_ID, Programs
+from reasonserve.policies._order import BY_ID, Programs, getter
 from reasonserve.policies._programs import program_of
 from reasonserve.policies._ranked import decide_programs
 
 __all__ = ["DynasorPolicy", "DynasorState"]
 
-_GENERATED = attrgetter("num_output_tokens")
+_GENERATED = getter("num_output_tokens")
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,7 +70,9 @@ def _observe(state: DynasorState, view: SchedulerView) -> DynasorState:
         pid, tokens = state.last_seen[rid]
         n, total = history.get(pid, (0, 0))
         history[pid] = (n + 1, total + tokens)
-    return DynasorState(history, {r.request_id: (program_of(r), r.num_output_tokens) for r in view.running})
+    running = view.running
+    seen = zip(map(program_of, running), map(_GENERATED, running), strict=True)
+    return DynasorState(history, dict(zip(map(BY_ID, running), seen, strict=True)))
 
 
 @dataclass(slots=True)
@@ -107,8 +108,9 @@ class DynasorPolicy:
         (remaining tokens; its arrival once escalated), its arrival."""
         fallback = state.mean_tokens("\x00", self.prior_tokens)  # all finished requests, or the prior
         means = np.full(len(programs.keys), fallback)
-        for pid in state.history.keys() & programs.index.keys():
-            means[programs.index[pid]] = state.mean_tokens(pid, self.prior_tokens)
+        if state.history:
+            for pid in state.history.keys() & programs.index.keys():
+                means[programs.index[pid]] = state.mean_tokens(pid, self.prior_tokens)
         arrival, extra = programs.min_arrival.copy(), np.zeros(len(programs.keys))
         for p in view.programs:
             g = programs.index.get(p.program_id)
@@ -127,7 +129,7 @@ class DynasorPolicy:
         state = _observe(state, view)
         programs = Programs(view.running + view.waiting)
         escalated, value, arrival = self._program_arrays(view, state, programs)
-        order = np.lexsort((programs.key_rank(), arrival, value, ~escalated))
+        order = programs.order(~escalated, value, arrival)
         return decide_programs(view, programs, order, self.mode), state
 
     def decide(self, view: SchedulerView) -> Sequence[Decision]:

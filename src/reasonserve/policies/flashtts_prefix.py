@@ -20,24 +20,82 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
-from operator import attrgetter
+from itertools import chain
+
+import numpy as np
 
 from reasonserve.core.decisions import Decision, Order, Preempt
 from reasonserve.core.errors import InvalidArgumentError
 from reasonserve.core.views import RequestView, SchedulerView
+from reasonserve.policies._order import BY_ID, chunked, getter, lex_order
 from reasonserve.policies._ranked import decide_ranked
 
 __all__ = ["PrefixAwarePolicy", "eviction_cost", "prefix_order"]
 
-_BY_ARRIVAL = attrgetter("arrival_s", "request_id")
+_ARRIVAL = getter("arrival_s")
+_HASHES = getter("prefix_hashes")
 
 
 def prefix_order(paths: Sequence[Sequence[Hashable]]) -> list[int]:
     """Indices of ``paths`` in greedy prefix-sharing order (stable for equal paths)."""
-    rank: dict[Hashable, int] = {}  # node -> index of the first path that has it
-    first = rank.setdefault
-    keys = [tuple([first(node, i) for node in path]) for i, path in enumerate(paths)]
-    return sorted(range(len(paths)), key=keys.__getitem__)
+    return _path_order(paths, np.arange(len(paths)), ints=False).tolist()
+
+
+def _path_order(paths: Sequence[Sequence[Hashable]], pos: np.ndarray, ints: bool) -> np.ndarray:
+    """:func:`prefix_order` of the paths taken in the order ``pos`` gives them (path i is
+    the ``pos[i]``-th): indices of ``paths`` sorted by each path's key, the tuple of its
+    nodes' ranks (a node's rank: the least ``pos`` of a path that has it), then ``pos``.
+    With ``ints`` (nodes are ints, as prefix hashes are) the ranks come from a numpy sort
+    of the nodes, else from a ``dict``. Either way: about one C-level pass over all nodes."""
+    n = len(paths)
+    lens = np.fromiter(map(len, paths), np.intp, n)
+    width = int(lens.max()) if n else 0
+    if width == 0:
+        return np.argsort(pos)
+    rank = _ranks(paths, np.repeat(pos, lens), ints)
+    offsets = np.cumsum(lens) - lens
+    columns = []  # column j: the rank of each path's j-th node, -1 past its end (sorts first)
+    for j in range(width):
+        col = np.full(n, -1, np.intp)
+        has = lens > j
+        col[has] = rank[offsets[has] + j]
+        columns.append(col)
+    if _one_key_fits(n, width):  # one int64 key (unique: pos is), one numpy sort
+        key = np.zeros(n, np.int64)
+        for col in columns:
+            key = key * (n + 1) + (col + 1)
+        return np.argsort(key * n + pos)
+    return np.lexsort((pos, *reversed(columns)))
+
+
+def _one_key_fits(n: int, width: int) -> bool:
+    """Whether ``width`` ranks in [-1, n) and a position in [0, n) pack into one int64."""
+    return (width + 1) * np.log2(n + 1) < 62
+
+
+def _ranks(paths: Sequence[Sequence[Hashable]], owner: np.ndarray, ints: bool) -> np.ndarray:
+    """For each node occurrence (paths flattened; ``owner``: the position of its path),
+    the least position of a path that has the node."""
+    flat_nodes = list(chain.from_iterable(paths))
+    if ints:
+        try:
+            flat = np.fromiter(flat_nodes, np.int64, len(flat_nodes))
+        except (OverflowError, TypeError, ValueError):  # not all int64: the generic way
+            pass
+        else:
+            by_node = np.argsort(flat)
+            node = flat[by_node]
+            starts = np.flatnonzero(np.concatenate(([True], node[1:] != node[:-1])))
+            least = np.minimum.reduceat(owner[by_node], starts)  # per distinct node
+            rank = np.empty(len(flat), np.intp)
+            rank[by_node] = np.repeat(least, np.diff(starts, append=len(flat)))
+            return rank
+    first: dict = {}
+    by_pos = np.argsort(owner, kind="stable")  # occurrences in path order: setdefault keeps the first
+    rank = np.empty(len(owner), np.intp)
+    nodes = map(flat_nodes.__getitem__, by_pos.tolist())
+    rank[by_pos] = np.fromiter(map(first.setdefault, nodes, owner[by_pos].tolist()), np.intp, len(owner))
+    return rank
 
 
 def eviction_cost(paths: Sequence[Sequence[Hashable]], batch_size: int) -> int:
@@ -64,13 +122,19 @@ class PrefixAwarePolicy:
     name: str = "flashtts_prefix"
 
     def decide(self, view: SchedulerView) -> Sequence[Decision]:
-        running = sorted(view.running, key=_BY_ARRIVAL)
-        waiting = sorted(view.waiting, key=_BY_ARRIVAL)
-        waiting = [waiting[i] for i in prefix_order([r.prefix_hashes for r in waiting])]
-        ordered_running: list[RequestView] = [
-            running[i] for i in prefix_order([r.prefix_hashes for r in running])
-        ]
-        decisions = decide_ranked(view, ordered_running + waiting)
+        running, waiting = view.running, view.waiting
+        ordered_running = list(map(running.__getitem__, _greedy(running).tolist()))
+        ranked = map(waiting.__getitem__, chunked(_greedy(waiting)))  # read lazily
+        decisions = decide_ranked(view, chain(ordered_running, ranked))
         preempted = {d.request_id for d in decisions if isinstance(d, Preempt)}
         kept = tuple(r.request_id for r in ordered_running if r.request_id not in preempted)
         return ([Order(kept)] if kept else []) + decisions
+
+
+def _greedy(requests: Sequence[RequestView]) -> np.ndarray:
+    """Indices of ``requests`` in greedy prefix order, taken by (arrival, request id)."""
+    arrival = np.fromiter(map(_ARRIVAL, requests), np.float64, len(requests))
+    by_arrival = lex_order((arrival,), lambda: list(map(BY_ID, requests)))
+    pos = np.empty(len(requests), np.intp)
+    pos[by_arrival] = np.arange(len(requests))
+    return _path_order(list(map(_HASHES, requests)), pos, ints=True)

@@ -1,30 +1,38 @@
 """Longest prefix match first (SGLang's LPM, the Dynasor paper's baseline): waiting
 requests sharing the longest prefix with the cached (running) requests go first, then
-by arrival. The cache is approximated by the prefix-block hashes of running requests."""
+by arrival. The cache is approximated by the prefix-block hashes of running requests.
+
+Cost on a long queue: a few C-level passes over the waiting requests (their hashes, each
+one's cached prefix, arrivals) and one numpy sort; the requests are then read in ranked
+order only until admission is blocked."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from operator import attrgetter, neg
+from itertools import chain, repeat, takewhile
+
+import numpy as np
 
 from reasonserve.core.decisions import Decision
 from reasonserve.core.views import SchedulerView
-from reasonserve.policies._order import ordered
+from reasonserve.policies._order import getter, ordered, ranked_lazily
 from reasonserve.policies._ranked import decide_ranked
 
-__all__ = ["LPMPolicy"]
+__all__ = ["LPMPolicy", "cached_prefix_blocks"]
 
-_HASHES = attrgetter("prefix_hashes")
+_HASHES = getter("prefix_hashes")
+_ARRIVAL = getter("arrival_s")
 
 
-def _match(hashes: tuple[int, ...], cached: set[int]) -> int:
-    n = 0
-    for h in hashes:  # chained hashes: a block matches only if all before it do
-        if h not in cached:
-            break
-        n += 1
-    return n
+def cached_prefix_blocks(hashes: Sequence[tuple[int, ...]], cached: set[int]) -> np.ndarray:
+    """Each entry's longest prefix of blocks in ``cached`` (chained hashes: a block
+    matches only if all before it do)."""
+    n = len(hashes)
+    if cached.issuperset(chain.from_iterable(hashes)):  # every block cached: the match is all of it
+        return np.fromiter(map(len, hashes), np.intp, n)
+    prefixes = map(takewhile, repeat(cached.__contains__), hashes)  # C-level, stops at the first miss
+    return np.fromiter(map(len, map(list, prefixes)), np.intp, n)
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,15 +40,9 @@ class LPMPolicy:
     name: str = "lpm"
 
     def decide(self, view: SchedulerView) -> Sequence[Decision]:
-        cached = {h for r in view.running for h in r.prefix_hashes}
-        waiting = ordered(view.waiting, "arrival_s")  # by arrival, then id (C-level)
-        hashes = list(map(_HASHES, waiting))
-        full = list(map(cached.issuperset, hashes))  # every block cached: the match is all of it
-        if all(full):
-            matches = list(map(len, hashes))
-        else:
-            matches = [len(h) if f else _match(h, cached) for h, f in zip(hashes, full, strict=True)]
-        if len(set(matches)) > 1:  # longest match first; stable, so arrival order within a match
-            negated = list(map(neg, matches))
-            waiting = list(map(waiting.__getitem__, sorted(range(len(waiting)), key=negated.__getitem__)))
-        return decide_ranked(view, ordered(view.running, "arrival_s") + waiting)
+        cached = set(chain.from_iterable(map(_HASHES, view.running)))
+        waiting = view.waiting
+        matches = cached_prefix_blocks(list(map(_HASHES, waiting)), cached)
+        arrival = np.fromiter(map(_ARRIVAL, waiting), np.float64, len(waiting))
+        ranked = ranked_lazily(waiting, (-matches, arrival))  # longest match, then arrival, then id
+        return decide_ranked(view, chain(ordered(view.running, "arrival_s"), ranked))

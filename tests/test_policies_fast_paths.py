@@ -1,0 +1,241 @@
+"""The shortcuts of the fast decide() paths make exactly the decisions of the plain
+definitions (a full sort by the documented key with request-id tie-breaks, then
+:func:`decide_ranked`), and each shortcut is taken by some case here (asserted)."""
+
+from itertools import takewhile
+
+import numpy as np
+import pytest
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
+
+from reasonserve.core import Phase
+from reasonserve.core.decisions import Order, Preempt
+from reasonserve.policies import RequestView, SchedulerView, _ranked
+from reasonserve.policies import flashtts_prefix as prefix_mod
+from reasonserve.policies._order import Programs, lex_order, ranked_lazily
+from reasonserve.policies._ranked import decide_ranked
+from reasonserve.policies.app_fifo import AppFIFOPolicy
+from reasonserve.policies.flashtts_prefix import PrefixAwarePolicy, prefix_order
+from reasonserve.policies.lpm import LPMPolicy, cached_prefix_blocks
+
+TIMES = st.sampled_from([0.0, 1.0, 2.5, 7.0])  # few values: many ties
+HASHES = st.lists(st.integers(0, 5), max_size=4).map(tuple)
+
+
+def _requests(prefix, running, hashes=HASHES):
+    return st.lists(
+        st.builds(
+            RequestView,
+            request_id=st.sampled_from([f"{prefix}{i}" for i in range(12)]),
+            arrival_s=TIMES,
+            phase=st.just(Phase.PREFILL),
+            num_prompt_tokens=st.integers(1, 64),
+            num_computed_tokens=st.just(0),
+            num_output_tokens=st.integers(0, 40),
+            num_blocks=st.integers(1, 6) if running else st.just(0),
+            blocks_needed=st.integers(0, 2) if running else st.integers(1, 8),
+            program_id=st.sampled_from([None, "pa", "pb", "pc"]),
+            prefix_hashes=hashes,
+        ),
+        max_size=10,
+        unique_by=lambda r: r.request_id,
+    ).map(tuple)
+
+
+VIEWS = st.builds(
+    SchedulerView,
+    now_s=st.just(0.0),
+    waiting=_requests("w", False),
+    running=_requests("r", True),
+    free_blocks=st.integers(0, 30),
+    block_size=st.just(4),
+    max_num_seqs=st.integers(1, 16),
+)
+
+
+def _by_arrival(requests):
+    return sorted(requests, key=lambda r: (r.arrival_s, r.request_id))
+
+
+# --- plain definitions -------------------------------------------------------------------
+
+
+def _plain_prefix_order(paths):
+    """FlashTTS greedy order, as first written: the key of a path is the tuple of its nodes'
+    ranks (the first path that has the node); a stable sort by it."""
+    rank = {}
+    for i, path in enumerate(paths):
+        for node in path:
+            rank.setdefault(node, i)
+    return sorted(range(len(paths)), key=lambda i: tuple(rank[node] for node in paths[i]))
+
+
+def _plain_match(hashes, cached):
+    return len(list(takewhile(cached.__contains__, hashes)))
+
+
+# --- FlashTTS prefix order ---------------------------------------------------------------
+
+PATHS = st.lists(st.lists(st.integers(0, 6), max_size=4).map(tuple), max_size=12)
+
+
+@settings(max_examples=300, deadline=None)
+@given(PATHS)
+def test_prefix_order_equals_the_plain_definition(paths):
+    assert prefix_order(paths) == _plain_prefix_order(paths)
+
+
+@settings(max_examples=200, deadline=None)
+@given(PATHS, st.randoms(use_true_random=False))
+def test_int_path_order_in_any_given_order_equals_the_plain_definition(paths, rnd):
+    pos = list(range(len(paths)))
+    rnd.shuffle(pos)
+    by_pos = sorted(range(len(paths)), key=pos.__getitem__)  # the order the paths are taken in
+    expected = [by_pos[i] for i in _plain_prefix_order([paths[j] for j in by_pos])]
+    for ints in (True, False):
+        got = prefix_mod._path_order(paths, np.array(pos, np.intp), ints=ints)
+        assert got.tolist() == expected
+
+
+@pytest.mark.parametrize(
+    "paths",
+    [
+        [(2**70, 1), (5,), (2**70, 3)],  # beyond int64: the dict path
+        [("a", "b"), ("c",), ("a", "d")],  # not ints at all
+        [tuple(range(k, k + 30)) for k in (5, 0, 5, 3)],  # too wide for one int64 key: lexsort
+        [(3, 1), (3,), (), (1, 3)],  # an empty path sorts first
+    ],
+)
+def test_prefix_order_fallbacks_equal_the_plain_definition(paths):
+    if len(paths[0]) == 30:
+        assert not prefix_mod._one_key_fits(len(paths), 30)
+    assert prefix_order(paths) == _plain_prefix_order(paths)
+    got = prefix_mod._path_order(paths, np.arange(len(paths)), ints=True).tolist()
+    assert got == _plain_prefix_order(paths)
+
+
+def _plain_prefix_decisions(view):
+    running, waiting = _by_arrival(view.running), _by_arrival(view.waiting)
+    running = [running[i] for i in _plain_prefix_order([r.prefix_hashes for r in running])]
+    waiting = [waiting[i] for i in _plain_prefix_order([r.prefix_hashes for r in waiting])]
+    decisions = decide_ranked(view, running + waiting)
+    preempted = {d.request_id for d in decisions if isinstance(d, Preempt)}
+    kept = tuple(r.request_id for r in running if r.request_id not in preempted)
+    return ([Order(kept)] if kept else []) + decisions
+
+
+@settings(max_examples=200, deadline=None)
+@given(VIEWS)
+def test_prefix_policy_equals_its_plain_definition(view):
+    assert list(PrefixAwarePolicy().decide(view)) == _plain_prefix_decisions(view)
+
+
+# --- LPM ---------------------------------------------------------------------------------
+
+
+def _plain_lpm(view):
+    cached = {h for r in view.running for h in r.prefix_hashes}
+    key = lambda r: (-_plain_match(r.prefix_hashes, cached), r.arrival_s, r.request_id)
+    return decide_ranked(view, _by_arrival(view.running) + sorted(view.waiting, key=key))
+
+
+@settings(max_examples=300, deadline=None)
+@given(VIEWS)
+def test_lpm_equals_its_plain_definition(view):
+    assert list(LPMPolicy().decide(view)) == _plain_lpm(view)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.lists(st.integers(0, 5), max_size=5).map(tuple), max_size=8), st.sets(st.integers(0, 5)))
+def test_cached_prefix_blocks_equal_the_plain_match(hashes, cached):
+    got = cached_prefix_blocks(hashes, cached).tolist()
+    assert got == [_plain_match(h, cached) for h in hashes]
+
+
+def test_cached_prefix_blocks_takes_both_branches():
+    everything = [(1, 2), (2,), ()]
+    assert cached_prefix_blocks(everything, {1, 2}).tolist() == [2, 1, 0]  # all cached: lengths
+    partial = [(1, 9, 2), (9, 1), (1, 2, 3)]
+    assert cached_prefix_blocks(partial, {1, 2}).tolist() == [1, 0, 2]  # stops at the first miss
+
+
+# --- lazy ranking and the gang fill --------------------------------------------------------
+
+KEYED = st.lists(st.tuples(st.integers(0, 2), st.sampled_from([0.0, 1.5])), max_size=12)
+
+
+@settings(max_examples=200, deadline=None)
+@given(KEYED)
+@example([(2, 0.0), (0, 1.5), (1, 0.0)])  # no ties
+@example([(1, 0.0), (0, 1.5), (1, 0.0)])  # a tie, broken by id
+def test_ranked_lazily_equals_a_full_sort_with_id_ties(keys):
+    reqs = [RequestView(f"q{(7 * i) % 13:02d}", 0.0, Phase.PREFILL, 1, 0, 0) for i in range(len(keys))]
+    a = np.array([k[0] for k in keys], np.intp)
+    b = np.array([k[1] for k in keys], np.float64)
+    expected = sorted(range(len(keys)), key=lambda i: (keys[i], reqs[i].request_id))
+    assert list(ranked_lazily(reqs, (a, b))) == [reqs[i] for i in expected]
+    names = [r.request_id for r in reqs]
+    assert lex_order((a, b), lambda: names).tolist() == expected
+
+
+def test_lex_order_reads_the_tie_break_only_on_ties():
+    read = []
+    tie_break = lambda: read.append(1) or ["b", "a"]
+    assert lex_order((np.array([2.0, 1.0]),), tie_break).tolist() == [1, 0]
+    assert read == []
+    assert lex_order((np.array([1.0, 1.0]),), tie_break).tolist() == [1, 0]  # by "a" < "b"
+    assert read == [1]
+
+
+def test_programs_group_runs_and_scattered_members_alike():
+    ids = ["pa", "pa", "pb", "pa", None, "pb", "pc", "pc"]
+    reqs = tuple(
+        RequestView(f"x{i}", float(10 - i), Phase.PREFILL, 1, 0, 0, program_id=p) for i, p in enumerate(ids)
+    )
+    programs = Programs(reqs)
+    assert programs.keys == ["pa", "pb", "\x00x4", "pc"]
+    assert programs.codes.tolist() == [0, 0, 1, 0, 2, 1, 3, 3]
+    assert programs.min_arrival.tolist() == [7.0, 5.0, 6.0, 3.0]
+
+
+def _gang_plain(view):
+    members = {}
+    for r in view.running + view.waiting:
+        pid = r.program_id if r.program_id is not None else "\x00" + r.request_id
+        members.setdefault(pid, []).append(r)
+    order = sorted(members, key=lambda pid: (min(r.arrival_s for r in members[pid]), pid))
+    return decide_ranked(view, [r for pid in order for r in sorted(members[pid], key=lambda r: r.request_id)])
+
+
+def _run(i, program, blocks=2, needed=1):
+    return RequestView(f"r{i}", float(i), Phase.REASONING, 8, 8, 1, num_blocks=blocks, blocks_needed=needed,
+                       program_id=program)  # fmt: skip
+
+
+def _wait(i, program, needed):
+    return RequestView(f"w{i}", float(i), Phase.PREFILL, 8, 0, 0, blocks_needed=needed, program_id=program)
+
+
+@pytest.mark.parametrize(
+    ("free", "expect_all_fit"),
+    [(3, True), (2, False)],  # after the block: the later programs' running requests all fit, or not
+)
+def test_gang_fill_shortcut_for_running_after_the_block(monkeypatch, free, expect_all_fit):
+    calls = []
+    real = _ranked._all_fit
+    monkeypatch.setattr(_ranked, "_all_fit", lambda fill, rs: calls.append(real(fill, rs)) or calls[-1])
+    # p0 arrives first; its waiting request does not fit, so admission is blocked at p0 and
+    # the running requests of p1 and p2 are seen after the block.
+    view = SchedulerView(
+        now_s=0.0,
+        waiting=(_wait(0, "p0", 50), _wait(5, "p1", 1)),
+        running=(_run(1, "p1"), _run(2, "p2"), _run(3, "p2")),
+        free_blocks=free,
+        block_size=4,
+        max_num_seqs=8,
+    )
+    decisions = AppFIFOPolicy().decide(view)
+    assert decisions == _gang_plain(view)
+    assert calls == [expect_all_fit]
+    assert any(isinstance(d, Preempt) for d in decisions) is not expect_all_fit
