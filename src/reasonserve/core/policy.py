@@ -3,6 +3,15 @@
 A policy is any object with a ``name`` and a ``decide(view)`` method. It never touches
 the host; the host never decides order, admission or preemption itself. Ties must be
 broken by request id so decisions do not depend on dict or arrival-list order.
+
+Optional ``quiet_steps(view) -> int``, asked only after ``decide(view)`` returned no
+decisions: how many consecutive steps, this one included, ``decide`` would also return
+none if between steps every running request decodes one token (its KV blocks growing at
+block boundaries, the free blocks shrinking by as much) and nothing else changes but
+``now_s`` and ``step``. A host may then skip those calls. It must end such a stretch
+itself at any other change (an arrival, a finish, a phase change) and before a step
+whose running batch's growth does not fit the free blocks. Without the method: 1 (no
+step is skipped); a policy that keeps state between calls must not define it.
 """
 
 from __future__ import annotations
@@ -14,7 +23,9 @@ from reasonserve.core.decisions import Decision
 from reasonserve.core.errors import PolicyError
 from reasonserve.core.views import SchedulerView
 
-__all__ = ["SchedulingPolicy", "check_policy", "policy_name"]
+__all__ = ["QUIET_FOREVER", "SchedulingPolicy", "check_policy", "policy_name", "quiet_steps"]
+
+QUIET_FOREVER = 2**62  # quiet_steps: no limit from the policy itself
 
 
 @runtime_checkable
@@ -35,3 +46,15 @@ def check_policy(policy: object) -> SchedulingPolicy:
             f"policy {policy_name(policy)!r} ({type(policy).__name__}) has no decide(view) method"
         )
     return policy  # type: ignore[return-value]  # decide() checked above
+
+
+def quiet_steps(policy: object, view: SchedulerView) -> int:
+    """``policy.quiet_steps(view)``, or 1 when it has none; :class:`PolicyError` unless an int >= 1."""
+    hook = getattr(policy, "quiet_steps", None)
+    if hook is None:
+        return 1
+    steps = hook(view)
+    if not isinstance(steps, int) or isinstance(steps, bool) or steps < 1:
+        name = policy_name(policy)
+        raise PolicyError(f"policy {name!r}: quiet_steps must return an int >= 1, got {steps!r}")
+    return steps

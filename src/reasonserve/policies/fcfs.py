@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from reasonserve.core.decisions import Decision, Preempt
+from reasonserve.core.policy import QUIET_FOREVER
 from reasonserve.core.views import SchedulerView
 from reasonserve.policies._capacity import admit_in_order, growth
 from reasonserve.policies._order import ordered
@@ -32,3 +33,8 @@ class FCFSPolicy:
             return decisions
         waiting = ordered(view.waiting, "arrival_s")  # C-level sort; admission stops at the first misfit
         return admit_in_order(view, waiting, free - need, view.max_num_seqs - len(running))
+
+    def quiet_steps(self, view: SchedulerView) -> int:
+        """No decision stays no decision while the batch only decodes and its growth fits:
+        the blocks left for the first waiting request (free minus growth) only shrink."""
+        return QUIET_FOREVER

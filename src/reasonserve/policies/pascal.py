@@ -24,6 +24,7 @@ from operator import attrgetter
 from reasonserve.core.decisions import Decision
 from reasonserve.core.errors import InvalidArgumentError
 from reasonserve.core.phase import Phase
+from reasonserve.core.policy import QUIET_FOREVER
 from reasonserve.core.views import RequestView, SchedulerView
 from reasonserve.policies._order import ordered
 from reasonserve.policies._ranked import decide_segments
@@ -79,3 +80,20 @@ class PascalPolicy:
             for run, waits in ((fresh, waiting_q), (expired, ()))
         ]
         return decide_segments(view, segments, self.mode)
+
+    def quiet_steps(self, view: SchedulerView) -> int:
+        """No decision stays no decision while the ranking holds (the blocks left for the
+        first waiting request only shrink as the batch decodes): with nothing waiting, for
+        ever; else until a running request's quantum expires in a queue with requests
+        waiting, or a running reasoning request passes the demotion threshold."""
+        if not view.waiting:
+            return QUIET_FOREVER
+        waits = {self.queue(r) for r in view.waiting}
+        steps = QUIET_FOREVER
+        for r in view.running:
+            queue = self.queue(r)
+            if queue in waits and r.quantum_used < self.quantum:
+                steps = min(steps, self.quantum - r.quantum_used)
+            if queue == HIGH:
+                steps = min(steps, self.demote_threshold_tokens - r.num_tokens + 1)
+        return max(1, steps)

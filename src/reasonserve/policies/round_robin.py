@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 from reasonserve.core.decisions import Decision, Preempt
 from reasonserve.core.errors import InvalidArgumentError
+from reasonserve.core.policy import QUIET_FOREVER
 from reasonserve.core.views import SchedulerView
 from reasonserve.policies._capacity import admit_in_order, growth
 from reasonserve.policies._order import ordered
@@ -50,3 +51,10 @@ class RoundRobinPolicy:
             free += victim.num_blocks
         decisions += admit_in_order(view, waiting, free - need, view.max_num_seqs - len(running))
         return decisions
+
+    def quiet_steps(self, view: SchedulerView) -> int:
+        """With requests waiting, until the first running request's quantum expires (the
+        blocks left for admission only shrink while the batch decodes); else no limit."""
+        if not view.waiting:
+            return QUIET_FOREVER
+        return max(1, min((self.quantum - r.quantum_used for r in view.running), default=QUIET_FOREVER))

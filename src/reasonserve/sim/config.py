@@ -26,7 +26,10 @@ class SimConfig:
 ``decode_steps_per_event`` > 1 lets a decode-only batch run that many iterations per
 policy decision (faster; the approximation is described in :mod:`reasonserve.sim.run`).
 ``profile``: time steps with a table fitted from measured engine steps
-(:mod:`reasonserve.sim.profile`) instead of the roofline model."""
+(:mod:`reasonserve.sim.profile`) instead of the roofline model.
+``skip_quiet_steps`` (with ``decode_steps_per_event=1``): run the decode steps a policy
+declares decision-free (its ``quiet_steps``) as one event, with identical results
+(:mod:`reasonserve.sim.quiet`); False steps the event loop once per engine step."""
 
     num_instances: int = 8
     hardware: str = "h100"
@@ -43,6 +46,7 @@ policy decision (faster; the approximation is described in :mod:`reasonserve.sim
     max_sim_s: float = 1e7  # a guard against a policy that never lets work finish
     decode_steps_per_event: int = 1  # k > 1: coarse event steps (see reasonserve.sim.run)
     profile: ProfileTable | None = None  # step times from a fitted engine profile (else roofline)
+    skip_quiet_steps: bool = True  # exact either way (see reasonserve.sim.quiet)
 
     def __post_init__(self) -> None:
         _positive_int("num_instances", self.num_instances)
@@ -57,6 +61,9 @@ policy decision (faster; the approximation is described in :mod:`reasonserve.sim
         if self.profile is not None and not isinstance(self.profile, ProfileTable):
             kind = type(self.profile).__name__
             raise InvalidArgumentError(f"SimConfig.profile must be a ProfileTable or None, got {kind}")
+        if not isinstance(self.skip_quiet_steps, bool):
+            got = self.skip_quiet_steps
+            raise InvalidArgumentError(f"SimConfig.skip_quiet_steps must be a bool, got {got!r}")
         if self.kv_capacity_tokens is not None:
             _positive_int("kv_capacity_tokens", self.kv_capacity_tokens, self.block_size)
         if not 0 < self.gpu_memory_utilization <= 1:

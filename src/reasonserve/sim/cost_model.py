@@ -79,6 +79,16 @@ class RooflineCostModel:
             out.append(max(flops / peak, bytes_ / bandwidth) + self.step_overhead_s)
         return out
 
+    def decode_iterations_exact(self, batch: int, context_sum: int, iterations: int) -> bool:
+        """True when :meth:`decode_iterations_s` equals :meth:`step_s` step after step bit
+        for bit: every per-sequence term and partial sum is an integer below 2**53, so the
+        float sums are exact in any order (the presets' parameter counts are integers)."""
+        m = self.model
+        context = context_sum + iterations * batch
+        flops = 2 * m.num_params * batch + 4 * m.num_layers * m.hidden_size * (context + batch)
+        integral = float(2 * m.num_params).is_integer()
+        return integral and flops < 2**53 and m.kv_bytes_per_token * (context + batch) < 2**53
+
     def swap_s(self, num_tokens: int) -> float:
         """Copying ``num_tokens`` tokens of KV over the host link (one direction)."""
         return num_tokens * self.model.kv_bytes_per_token / self.hardware.host_link_bytes_s

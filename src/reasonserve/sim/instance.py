@@ -5,8 +5,10 @@ so the same policy objects run on both."""
 
 from __future__ import annotations
 
+from bisect import bisect_right
+
 from reasonserve.core.errors import PolicyError
-from reasonserve.core.policy import check_policy, policy_name
+from reasonserve.core.policy import check_policy, policy_name, quiet_steps
 from reasonserve.core.views import RequestView, SchedulerView
 from reasonserve.policies.pacer import TokenPacer
 from reasonserve.policies.router import InstanceLoad
@@ -14,6 +16,7 @@ from reasonserve.sim.config import SimConfig
 from reasonserve.sim.cost_model import RooflineCostModel
 from reasonserve.sim.plan import SimPlan, check_plan
 from reasonserve.sim.profile import ProfileCostModel
+from reasonserve.sim.quiet import QuietRun
 from reasonserve.sim.run import StepRun
 from reasonserve.sim.sequence import SimSequence
 from reasonserve.sim.workload import SimRequest
@@ -34,7 +37,7 @@ class SimInstance:
         self.by_id: dict[str, SimSequence] = {}
         self.finished: list[SimSequence] = []
         self.transitions: list[SimSequence] = []  # reached end of thinking this step (still running)
-        self.run: StepRun | None = None  # the run in progress (applied as time passes)
+        self.run: StepRun | QuietRun | None = None  # the run in progress (applied as time passes)
         self.steps = 0
 
     def blocks_for(self, tokens: int) -> int:
@@ -93,26 +96,115 @@ class SimInstance:
     def finish_run(self, now_s: float) -> None:
         """Apply what is left of the run in progress (its requests' finishes and ends of
         thinking happen now; the latter wait in :attr:`transitions`)."""
-        if self.run is not None:
+        run = self.run
+        if isinstance(run, QuietRun):
+            self._catch_up(run, len(run.times))
+        elif run is not None:
             self.advance(now_s, last=True)
-            self.run = None
+        self.run = None
 
-    def step(self, now_s: float) -> float:
+    def step(self, now_s: float) -> float | None:
         """Finish the run in progress, then decide, apply and start the next run; returns
-        the time until the next step (0.0 when nothing ran)."""
+        when the next step is due (None when nothing ran and nothing costs time)."""
         self.finish_run(now_s)
-        plan = check_plan(self.policy.decide(self.view(now_s)), self, self.policy_name)
+        view = self.view(now_s)
+        plan = check_plan(self.policy.decide(view), self, self.policy_name)
         extra_s = self._apply(plan, now_s)
         self.steps += 1
         work = self._hand_out(plan)
+        quiet = self._start_quiet(view, work, now_s) if work and plan.empty else None
+        if quiet is not None:
+            self.run = quiet
+            self.steps += len(quiet.times) - 1
+            return quiet.end_s
         if not work and self.running and not plan.preempt:  # liveness, as in the engine
             self._preempt(self.running[-1], self.config.preemption, now_s)
             work = self._hand_out(plan)
         if not work:
-            return extra_s
+            return now_s + extra_s if extra_s > 0 else None
         self.run = self._start_run(work, now_s + extra_s)
         self.steps += len(self.run.ends) - 1
-        return self.run.end_s - now_s
+        duration = self.run.end_s - now_s
+        return now_s + duration if duration > 0 else None
+
+    # quiet stretches (reasonserve.sim.quiet) ----------------------------------------------
+    def _start_quiet(
+        self, view: SchedulerView, work: list[tuple[SimSequence, int]], now_s: float
+    ) -> QuietRun | None:
+        """The steps from ``now_s`` on that need no decision, as one run, or None when
+        there are fewer than two (or quiet stretches are off)."""
+        c = self.config
+        if not c.skip_quiet_steps or c.decode_steps_per_event > 1 or len(work) != len(self.running):
+            return None
+        if any(s.num_tokens - s.num_computed != 1 for s, _ in work):  # decodes only
+            return None
+        limit = min(quiet_steps(self.policy, view), min(s.tokens_to_event() for s, _ in work))
+        if limit > 1:
+            limit = self._fitting_iterations(work, limit)
+        if limit < 2:
+            return None
+        run = QuietRun(work, now_s, self._decode_durations(work, limit))
+        past = bisect_right(run.times, c.max_sim_s)  # a step past max_sim_s is a real event (it raises)
+        if past < limit - 1:
+            run.shorten(past + 1)
+        return run
+
+    def _fitting_iterations(self, work: list[tuple[SimSequence, int]], limit: int) -> int:
+        """The most iterations, up to ``limit``, whose hand-outs all fit the free blocks (the
+        first one's already did): stepping would ask the policy at a step where they do not."""
+        size, free = self.config.block_size, self.free_blocks
+
+        def extra(j: int) -> int:  # blocks iterations 1..j take beyond those held now
+            return sum(max(0, -(-(s.num_computed + j + 1) // size) - s.num_blocks) for s, _ in work)
+
+        if extra(limit - 1) <= free:
+            return limit
+        lo, hi = 0, limit - 1  # extra(lo) fits, extra(hi) does not
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            lo, hi = (mid, hi) if extra(mid) <= free else (lo, mid)
+        return lo + 1
+
+    def _decode_durations(self, work: list[tuple[SimSequence, int]], iterations: int) -> list[float]:
+        batch, context = len(work), sum(s.num_computed for s, _ in work)
+        if self.cost.decode_iterations_exact(batch, context, iterations):
+            return self.cost.decode_iterations_s(batch, context, iterations)
+        return [self.cost.step_s([(1, s.num_computed + i) for s, _ in work]) for i in range(iterations)]
+
+    def _catch_up(self, run: QuietRun, upto: int) -> None:
+        """Apply iterations ``run.applied`` .. ``upto - 1`` with the blocks their hand-outs
+        took; the next one, if any, is in progress and holds the blocks its tokens need."""
+        if upto <= run.applied:
+            return
+        self._complete(run, upto)
+        ahead = 1 if upto < len(run.times) else 0
+        for s, _ in run.work:
+            grow = self.blocks_for(s.num_computed + ahead) - s.num_blocks
+            if s.status == "running" and grow > 0:
+                self.free_blocks -= grow
+                s.num_blocks += grow
+
+    def settle(self, now_s: float, inclusive: bool = False) -> None:
+        """Bring the run in progress up to an observation at ``now_s`` (``inclusive``: a
+        quiet stretch's step ending at ``now_s`` has run, see :mod:`reasonserve.sim.quiet`)."""
+        run = self.run
+        if isinstance(run, QuietRun):
+            self._catch_up(run, run.processed(now_s, inclusive))
+        else:
+            self.advance(now_s)
+
+    def interrupt(self, now_s: float, inclusive: bool = False) -> float | None:
+        """Something changed at ``now_s`` that the policy must see (an arrival, a stop): a
+        quiet stretch ends with the iteration in progress; returns its new end, else None."""
+        run = self.run
+        if not isinstance(run, QuietRun):
+            return None
+        upto = run.processed(now_s, inclusive)
+        self._catch_up(run, upto)
+        if upto + 1 >= len(run.times):
+            return None
+        self.steps -= run.shorten(upto + 1)
+        return run.end_s
 
     def _start_run(self, work: list[tuple[SimSequence, int]], start_s: float) -> StepRun:
         held = [s.num_blocks for s, _ in work]
@@ -137,18 +229,23 @@ class SimInstance:
     def advance(self, now_s: float, *, last: bool = False) -> None:
         """Apply the run's iterations that ended by ``now_s`` (the last one only if ``last``)."""
         run = self.run
-        if run is None:
+        if not isinstance(run, StepRun):
             return
         upto = run.due(now_s, last=last)
         if upto > run.applied:
             self._complete(run, upto)
 
-    def cut(self, now_s: float) -> float:
+    def cut(self, now_s: float, inclusive: bool = False) -> float:
         """Stop the run at the iteration in progress at ``now_s`` (a request landed); give
         back the blocks reserved for the dropped iterations; returns when it ends."""
         run = self.run
         if run is None:
             return now_s
+        if isinstance(run, QuietRun):  # as stepping's cut: the iteration in progress applies now
+            upto = run.processed(now_s, inclusive) + 1
+            self.steps -= run.shorten(upto)
+            self._catch_up(run, upto)
+            return run.ends[-1]
         upto = run.in_progress(now_s)
         if upto > run.applied:
             self._complete(run, upto)
@@ -218,7 +315,7 @@ class SimInstance:
             budget -= n
         return out
 
-    def _complete(self, run: StepRun, upto: int) -> None:
+    def _complete(self, run: StepRun | QuietRun, upto: int) -> None:
         """Apply iterations ``run.applied`` .. ``upto - 1`` of ``run``."""
         first = run.applied == 0
         lo, hi = max(run.applied, 1), upto

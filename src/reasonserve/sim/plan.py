@@ -24,6 +24,10 @@ class SimPlan:
     order: tuple[str, ...] = ()
     budgets: dict[str, int] = field(default_factory=dict)
 
+    @property
+    def empty(self) -> bool:
+        return not (self.admit or self.preempt or self.finish or self.order or self.budgets)
+
     def moved(self, rid: str) -> bool:
         return rid in self.preempt or rid in self.finish or any(s.request_id == rid for s in self.admit)
 

@@ -134,6 +134,10 @@ class ProfileCostModel:
     def decode_iterations_s(self, batch: int, context_sum: int, iterations: int) -> list[float]:
         return [self.table.predict(0, batch, context_sum + i * batch) for i in range(iterations)]
 
+    def decode_iterations_exact(self, batch: int, context_sum: int, iterations: int) -> bool:
+        """Always: a decode step's prediction reads only integer sums."""
+        return True
+
     def swap_s(self, num_tokens: int) -> float:
         return self.base.swap_s(num_tokens)
 

@@ -88,6 +88,23 @@ class _Loop:
         self.pending: list[tuple[float, str, SimRequest]] = []  # arrivals, a heap
         self.programs: ProgramHost | None = None
         self.reported = [0] * len(self.instances)  # finished requests already told to the programs
+        self.clock: tuple[float, int] = (-1.0, -1)  # the latest step: time, highest instance index then
+
+    def tick(self, now: float, k: int) -> None:
+        """Instance ``k`` steps at ``now``; a quiet stretch's step at ``now`` on a lower index
+        has run before it (ties go to the lowest index; see reasonserve.sim.quiet)."""
+        t, top = self.clock
+        self.clock = (now, max(top, k) if t == now else k)
+
+    def seen(self, k: int, now: float) -> bool:
+        """Whether an observation now comes after instance ``k``'s (virtual) step at ``now``."""
+        t, top = self.clock
+        return t == now and k < top
+
+    def interrupt(self, k: int, now: float) -> None:
+        end = self.instances[k].interrupt(now, self.seen(k, now))
+        if end is not None:
+            self.schedule(k, end)
 
     def wake(self, k: int, now: float) -> None:
         if not self.scheduled[k]:
@@ -99,8 +116,8 @@ class _Loop:
         self.scheduled[k] = True
 
     def loads(self, now: float) -> list:
-        for inst in self.instances:  # the iterations that ended by now have happened
-            inst.advance(now)
+        for k, inst in enumerate(self.instances):  # the iterations that ended by now have happened
+            inst.settle(now, self.seen(k, now))
         return [inst.load(now, self.pacer) for inst in self.instances]
 
     def target(self, chosen: object) -> int:
@@ -114,6 +131,7 @@ class _Loop:
         k = self.target(self.router.route(_arrival_view(req), loads))
         self.instances[k].add(req, now)
         self.placements[req.request_id] = self.instances[k].instance_id
+        self.interrupt(k, now)
         self.wake(k, now)
 
     def transition(self, src: SimInstance, seq: SimSequence, now: float) -> None:
@@ -138,7 +156,7 @@ class _Loop:
         seq, record, k = self.moving.pop()
         dst = self.instances[k]
         if dst.run is not None:  # stop its run at the iteration in progress: the request joins next
-            self.schedule(k, dst.cut(record.end_s))
+            self.schedule(k, dst.cut(record.end_s, self.seen(k, record.end_s)))
         on_gpu = dst.receive(seq, record.end_s)
         blocks_in = seq.num_blocks if on_gpu else dst.blocks_for(seq.num_computed)
         self.moving.done.append(replace(record, blocks_in=blocks_in, on_gpu=on_gpu))
@@ -166,8 +184,12 @@ class _Loop:
             _check_requests([req], self.config)
             heapq.heappush(self.pending, (now, req.request_id, req))
         for rid in stops:
-            holder = next((inst for inst in self.instances if rid in inst.by_id), None)
-            if holder is not None and holder.by_id[rid].status in ("waiting", "running"):
+            k = next((k for k, inst in enumerate(self.instances) if rid in inst.by_id), None)
+            if k is None:
+                continue
+            self.interrupt(k, now)
+            holder = self.instances[k]
+            if holder.by_id[rid].status in ("waiting", "running"):
                 holder._finish(holder.by_id[rid], "stop", now)
 
     def report_finished(self, now: float) -> None:
@@ -192,12 +214,12 @@ class _Loop:
         moved, inst.transitions = inst.transitions, []
         for seq in moved:  # placed before the next decision, so a leaving request is not batched
             self.transition(inst, seq, now)
-        duration = inst.step(now)
+        due = inst.step(now)
         if check:
             self.check()
         self.scheduled[k] = False
-        if inst.has_work and duration > 0:
-            self.schedule(k, now + duration)
+        if inst.has_work and due is not None:
+            self.schedule(k, due)
 
 
 def simulate(
@@ -230,6 +252,7 @@ def simulate(
         else:
             now, k, version = heapq.heappop(loop.events)
             if version == loop.version[k]:
+                loop.tick(now, k)
                 loop.step(now, k, check_every_step)
         loop.report_finished(now)
     instances = loop.instances

@@ -1,0 +1,188 @@
+"""Quiet stretches (``SimConfig.skip_quiet_steps``, :mod:`reasonserve.sim.quiet`): running
+the decode steps a policy declares decision-free as one event changes no result. Every
+request's timings and counters, the placements, the migrations, the step count and the
+end time are compared with one-decision-per-step stepping, on generated workloads (ties
+included: identical requests at identical times on several instances), on the PASCAL /
+FCFS / RR settings of ``benchmarks/policies.py`` over a slice of the ServeGen trace, and
+with reasoning programs that stop requests mid-stretch."""
+
+import dataclasses
+import pathlib
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from reasonserve.core import PolicyError
+from reasonserve.policies import FCFSPolicy, RoundRobinPolicy
+from reasonserve.policies.app_fifo import AppFIFOPolicy
+from reasonserve.policies.pascal import PascalPolicy
+from reasonserve.policies.router import LeastKVRouter, PascalRouter
+from reasonserve.sim import SimConfig, SimRequest, load_lengths, poisson_workload, simulate
+from reasonserve.sim.programs import ProgramPlan, ProgramRuntime
+
+DATA = pathlib.Path(__file__).resolve().parents[2] / "shared" / "data"
+POLICIES = {
+    "fcfs": FCFSPolicy,
+    "round_robin": lambda: RoundRobinPolicy(quantum=9),
+    "pascal": lambda: PascalPolicy(quantum=9, demote_threshold_tokens=70),
+    "app_fifo": AppFIFOPolicy,  # no quiet_steps: stepped one decision at a time either way
+}
+ROUTERS = {
+    "least_kv": LeastKVRouter(),
+    "pascal": PascalRouter(),
+    "pascal_nonadaptive": PascalRouter(adaptive=False),
+}
+
+
+def _outcome(res):
+    seqs = [dataclasses.astuple(s) for s in res.sequences]
+    return seqs, res.end_s, res.steps, res.placements, res.migrations
+
+
+def _both(reqs, cfg, factory, router, **kw):
+    """(stepped, quiet) outcomes of the same run."""
+    runs = [simulate(reqs, dataclasses.replace(cfg, skip_quiet_steps=skip), factory, router, **kw)
+            for skip in (False, True)]  # fmt: skip
+    return [_outcome(r) for r in runs]
+
+
+REQUEST = st.tuples(
+    st.sampled_from([0.0, 0.5, 1.0]) | st.floats(0, 3), st.integers(1, 40), st.integers(0, 70),
+    st.integers(0, 50), st.integers(1, 3),
+).filter(lambda t: t[2] + t[3] >= 1)  # fmt: skip
+
+
+CONFIGS = st.builds(
+    SimConfig,
+    num_instances=st.integers(1, 3),
+    block_size=st.sampled_from([4, 16]),
+    kv_capacity_tokens=st.sampled_from([160, 320, 1024]),
+    max_num_seqs=st.integers(1, 6),
+    max_num_batched_tokens=st.sampled_from([16, 64, 512]),
+    preemption=st.sampled_from(["swap", "recompute"]),
+    model=st.just("qwen2.5-7b"),
+)
+
+
+@st.composite
+def workloads(draw):
+    rows = draw(st.lists(REQUEST, min_size=1, max_size=12))
+    reqs = [SimRequest(f"q{i:02d}-{j}", a, p, r, n) for i, (a, p, r, n, copies) in enumerate(rows)
+            for j in range(copies)]  # fmt: skip
+    return reqs, draw(CONFIGS)
+
+
+@pytest.mark.parametrize("name", sorted(POLICIES))
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(workloads(), st.sampled_from(sorted(ROUTERS)))
+def test_quiet_stretches_change_no_result_on_generated_workloads(name, work, router):
+    reqs, cfg = work
+    stepped, quiet = _both(reqs, cfg, POLICIES[name], ROUTERS[router], check_every_step=True)
+    assert quiet == stepped
+
+
+SETTINGS = {  # benchmarks/policies.py SETUPS
+    "fcfs": (FCFSPolicy, LeastKVRouter()),
+    "rr": (lambda: RoundRobinPolicy(quantum=500, mode="swap"), LeastKVRouter()),
+    "pascal": (lambda: PascalPolicy(quantum=500, demote_threshold_tokens=5000, mode="swap"), PascalRouter()),
+}
+
+
+@pytest.mark.skipif(not (DATA / "serving_traces").is_dir(), reason="needs the shared ServeGen trace")
+@pytest.mark.parametrize("name", sorted(SETTINGS))
+@pytest.mark.parametrize("rate_rps", [3.75, 7.0])  # the benchmark's medium rate, and an overload
+def test_quiet_stretches_change_no_result_in_the_benchmark_settings(name, rate_rps):
+    table = load_lengths("servegen", DATA, seed=0)
+    kv = 8000  # a small KV so that it binds: preemptions, swaps, migrations
+    reqs = [
+        r for r in poisson_workload(table, rate_rps, 100, seed=0) if r.prompt_tokens + r.output_tokens <= kv
+    ]
+    cfg = SimConfig(
+        num_instances=8, hardware="h100", model="qwen2.5-32b", preemption="swap", kv_capacity_tokens=kv
+    )
+    stepped, quiet = _both(reqs, cfg, *SETTINGS[name])
+    assert quiet == stepped
+    seqs = stepped[0]
+    assert sum(s[-3] for s in seqs) > 0  # preemptions happened (the hard case was exercised)
+
+
+def _sc(pid, arrival, tokens):
+    from reasonserve.replay.sc import make_question
+    from reasonserve.sim.program_workload import difficulty, prefix_hashes
+    from reasonserve.sim.programs import SCProgram
+
+    q = make_question(pid, ["1"] * len(tokens), [float("nan")] * len(tokens), "1")
+    return SCProgram(pid, arrival, 24, q, tuple(tokens), difficulty(q), prefix_hashes(pid, 24, 16))
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.tuples(st.floats(0, 1), st.lists(st.integers(5, 200), min_size=3, max_size=6)),
+                min_size=1, max_size=4), st.sampled_from(["fcfs", "pascal"]))  # fmt: skip
+def test_program_stops_mid_stretch_change_no_result(specs, name):
+    from reasonserve.certainindex.allocation import ThresholdPolicy
+
+    progs = [_sc(f"g{i}", t, toks) for i, (t, toks) in enumerate(specs)]
+    plan = ProgramPlan(6, first_round=3, allocation=ThresholdPolicy(0.7, detect_at=2, max_knob=6))
+    cfg = SimConfig(num_instances=2, model="qwen2.5-7b", kv_capacity_tokens=1024, max_num_seqs=6)
+    outcomes = []
+    for skip in (False, True):
+        rt = ProgramRuntime(progs, plan)
+        res = simulate(rt.initial_requests(), dataclasses.replace(cfg, skip_quiet_steps=skip),
+                       POLICIES[name], check_every_step=True, programs=rt)  # fmt: skip
+        outcomes.append((_outcome(res), rt.results()))
+    assert outcomes[1] == outcomes[0]
+
+
+class _Counting:
+    """PASCAL, counting its decide() calls."""
+
+    def __init__(self, hook: bool = True) -> None:
+        self.inner, self.calls, self.name = PascalPolicy(), 0, "pascal"
+        if hook:
+            self.quiet_steps = self.inner.quiet_steps
+
+    def decide(self, view):
+        self.calls += 1
+        return self.inner.decide(view)
+
+
+def test_a_quiet_batch_is_decided_once_not_once_per_token():
+    reqs = [SimRequest("a", 0.0, 40, 300, 100), SimRequest("b", 0.0, 40, 350, 50)]
+    counts = {}
+    for skip in (False, True):
+        policy = _Counting()
+        cfg = SimConfig(num_instances=1, kv_capacity_tokens=4096, model="qwen2.5-7b", skip_quiet_steps=skip)
+        simulate(reqs, cfg, lambda p=policy: p)
+        counts[skip] = policy.calls
+    assert counts[False] > 400 and counts[True] <= 8  # admit, prefill, then one per phase change/finish
+
+
+def test_a_policy_without_quiet_steps_is_asked_every_step():
+    policy = _Counting(hook=False)
+    simulate(
+        [SimRequest("a", 0.0, 40, 30, 10)], SimConfig(num_instances=1, model="qwen2.5-7b"), lambda: policy
+    )
+    assert policy.calls == 41  # the prefill step (which also samples the first token), then 40 decodes
+
+
+def test_a_bad_quiet_steps_answer_is_a_policy_error():
+    class Bad(_Counting):
+        def __init__(self) -> None:
+            super().__init__(hook=False)
+
+        def quiet_steps(self, view):
+            return 0
+
+    with pytest.raises(PolicyError, match="quiet_steps"):
+        simulate([SimRequest("a", 0.0, 40, 30, 10)], SimConfig(num_instances=1, model="qwen2.5-7b"), Bad)
+
+
+def test_closed_form_decode_timing_is_bit_identical_only_when_claimed():
+    cost = SimConfig(model="qwen2.5-32b").cost_model()
+    contexts = [100, 2000, 5000, 1]
+    assert cost.decode_iterations_exact(4, sum(contexts), 50)
+    steps = [cost.step_s([(1, c + i) for c in contexts]) for i in range(50)]
+    assert cost.decode_iterations_s(4, sum(contexts), 50) == steps  # exactly, not approximately
+    odd = dataclasses.replace(cost, model=dataclasses.replace(cost.model, num_params=32.76e9 + 0.3))
+    assert not odd.decode_iterations_exact(4, sum(contexts), 50)
