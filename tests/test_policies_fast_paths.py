@@ -6,14 +6,14 @@ from itertools import takewhile
 
 import numpy as np
 import pytest
-from hypothesis import example, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from reasonserve.core import Phase
 from reasonserve.core.decisions import Order, Preempt
 from reasonserve.policies import RequestView, SchedulerView, _ranked
 from reasonserve.policies import flashtts_prefix as prefix_mod
-from reasonserve.policies._order import Programs, lex_order, ranked_lazily
+from reasonserve.policies._order import Programs, argsort_lazily, lex_order, ranked_lazily
 from reasonserve.policies._ranked import decide_ranked
 from reasonserve.policies.app_fifo import AppFIFOPolicy
 from reasonserve.policies.flashtts_prefix import PrefixAwarePolicy, prefix_order
@@ -80,22 +80,32 @@ def _plain_match(hashes, cached):
 PATHS = st.lists(st.lists(st.integers(0, 6), max_size=4).map(tuple), max_size=12)
 
 
-@settings(max_examples=300, deadline=None)
-@given(PATHS)
-def test_prefix_order_equals_the_plain_definition(paths):
+SAME_FIXTURE = [HealthCheck.function_scoped_fixture]  # ``small`` is the same for every example
+
+
+@pytest.fixture(params=[0, prefix_mod.SMALL], ids=["numpy", "plain"])
+def small(request, monkeypatch):
+    """Run with the numpy path for every queue length (0), and with the plain one for short
+    queues (the default)."""
+    monkeypatch.setattr(prefix_mod, "SMALL", request.param)
+    return request.param
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=SAME_FIXTURE)
+@given(paths=PATHS)
+def test_prefix_order_equals_the_plain_definition(small, paths):
     assert prefix_order(paths) == _plain_prefix_order(paths)
 
 
-@settings(max_examples=200, deadline=None)
-@given(PATHS, st.randoms(use_true_random=False))
-def test_int_path_order_in_any_given_order_equals_the_plain_definition(paths, rnd):
-    pos = list(range(len(paths)))
-    rnd.shuffle(pos)
-    by_pos = sorted(range(len(paths)), key=pos.__getitem__)  # the order the paths are taken in
-    expected = [by_pos[i] for i in _plain_prefix_order([paths[j] for j in by_pos])]
+@settings(max_examples=200, deadline=None, suppress_health_check=SAME_FIXTURE)
+@given(paths=PATHS, rnd=st.randoms(use_true_random=False))
+def test_int_path_order_in_any_given_order_equals_the_plain_definition(small, paths, rnd):
+    taken = list(range(len(paths)))  # taken[k]: the k-th path taken
+    rnd.shuffle(taken)
+    expected = [taken[i] for i in _plain_prefix_order([paths[j] for j in taken])]
     for ints in (True, False):
-        got = prefix_mod._path_order(paths, np.array(pos, np.intp), ints=ints)
-        assert got.tolist() == expected
+        got = prefix_mod._path_order(paths, np.array(taken, np.intp), ints=ints)
+        assert list(got) == expected
 
 
 @pytest.mark.parametrize(
@@ -107,12 +117,13 @@ def test_int_path_order_in_any_given_order_equals_the_plain_definition(paths, rn
         [(3, 1), (3,), (), (1, 3)],  # an empty path sorts first
     ],
 )
-def test_prefix_order_fallbacks_equal_the_plain_definition(paths):
+def test_prefix_order_fallbacks_equal_the_plain_definition(monkeypatch, paths):
+    monkeypatch.setattr(prefix_mod, "SMALL", 0)  # the numpy path
     if len(paths[0]) == 30:
         assert not prefix_mod._one_key_fits(len(paths), 30)
     assert prefix_order(paths) == _plain_prefix_order(paths)
-    got = prefix_mod._path_order(paths, np.arange(len(paths)), ints=True).tolist()
-    assert got == _plain_prefix_order(paths)
+    got = prefix_mod._path_order(paths, np.arange(len(paths)), ints=True)
+    assert list(got) == _plain_prefix_order(paths)
 
 
 def _plain_prefix_decisions(view):
@@ -125,9 +136,9 @@ def _plain_prefix_decisions(view):
     return ([Order(kept)] if kept else []) + decisions
 
 
-@settings(max_examples=200, deadline=None)
-@given(VIEWS)
-def test_prefix_policy_equals_its_plain_definition(view):
+@settings(max_examples=200, deadline=None, suppress_health_check=SAME_FIXTURE)
+@given(view=VIEWS)
+def test_prefix_policy_equals_its_plain_definition(small, view):
     assert list(PrefixAwarePolicy().decide(view)) == _plain_prefix_decisions(view)
 
 
@@ -239,3 +250,41 @@ def test_gang_fill_shortcut_for_running_after_the_block(monkeypatch, free, expec
     assert decisions == _gang_plain(view)
     assert calls == [expect_all_fit]
     assert any(isinstance(d, Preempt) for d in decisions) is not expect_all_fit
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.integers(-(2**40), 2**40), unique=True, max_size=60), st.integers(1, 8))
+def test_argsort_lazily_equals_a_full_sort(values, first):
+    key = np.array(values, np.int64)
+    expected = sorted(range(len(values)), key=values.__getitem__)
+    assert list(argsort_lazily(key, first)) == expected  # partial selection once len > 4 * first
+    assert len(values) <= 4 * first or list(argsort_lazily(key, first))[:first] == expected[:first]
+
+
+@pytest.mark.parametrize(("free", "all_fit"), [(3, True), (2, False)])
+def test_running_first_fill_shortcut_equals_the_ranked_fill(monkeypatch, free, all_fit):
+    calls = []
+    real = _ranked._all_fit
+    monkeypatch.setattr(_ranked, "_all_fit", lambda fill, rs: calls.append(real(fill, rs)) or calls[-1])
+    running = (_run(1, None), _run(2, None), _run(3, None))  # cost 3 each; budget = free + 6
+    waiting = (_wait(4, None, 1), _wait(5, None, 9), _wait(6, None, 1))
+    view = SchedulerView(0.0, waiting, running, free, 4, 8)
+    expected = decide_ranked(view, running + waiting)
+    assert _ranked.decide_running_first(view, running, iter(waiting)) == expected
+    assert calls == [all_fit]
+    assert any(isinstance(d, Preempt) for d in expected) is not all_fit
+
+
+@pytest.mark.parametrize(("free", "seats", "preempted"), [(0, 8, 3), (2, 0, 3), (4, 8, 2)])
+def test_running_many_equals_one_at_a_time(free, seats, preempted):
+    """All at once when none fits (no room, or no seat), else one at a time."""
+    running = (_run(1, None), _run(2, None, needed=2), _run(3, None))  # costs 3, 4, 3
+    view = SchedulerView(0.0, (), running, free, 4, 8)
+    batch, single = _ranked._Fill(view, "swap"), _ranked._Fill(view, "swap")
+    for fill in (batch, single):
+        fill.budget, fill.seats = free, seats  # what better-ranked requests left
+    batch.running_many(running)
+    for r in running:
+        single.running(r)
+    assert (batch.preempts, batch.budget, batch.seats) == (single.preempts, single.budget, single.seats)
+    assert len(batch.preempts) == preempted

@@ -19,7 +19,16 @@ import numpy as np
 
 from reasonserve.core.views import RequestView
 
-__all__ = ["BY_ID", "Programs", "chunked", "getter", "lex_order", "ordered", "ranked_lazily"]
+__all__ = [
+    "BY_ID",
+    "Programs",
+    "argsort_lazily",
+    "chunked",
+    "getter",
+    "lex_order",
+    "ordered",
+    "ranked_lazily",
+]
 
 BY_ID = attrgetter("request_id")
 
@@ -92,6 +101,17 @@ def chunked(order: np.ndarray, first: int = 64) -> Iterator[int]:
     while start < len(order):
         yield from order[start : start + size].tolist()
         start, size = start + size, size * 4
+
+
+def argsort_lazily(key: np.ndarray, first: int = 64) -> Iterator[int]:
+    """Indices of ``key`` (distinct values) in increasing order, lazily: the ``first``
+    smallest from a partial selection (O(n)); the full sort only if read beyond them."""
+    if len(key) > 4 * first:
+        head = np.argpartition(key, first)[:first]
+        yield from head[np.argsort(key[head])].tolist()
+        yield from chunked(np.argsort(key)[first:])
+    else:
+        yield from np.argsort(key).tolist()
 
 
 def _first_index(column: np.ndarray) -> tuple[dict, np.ndarray]:

@@ -11,7 +11,8 @@ one is admitted (so a large request is not starved by a stream of small ones).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from operator import attrgetter
+from itertools import chain
+from operator import add, attrgetter
 
 import numpy as np
 
@@ -19,7 +20,7 @@ from reasonserve.core.decisions import Admit, Decision, Preempt
 from reasonserve.core.views import RequestView, SchedulerView
 from reasonserve.policies._order import BY_ID, Programs
 
-__all__ = ["decide_programs", "decide_ranked", "decide_segments"]
+__all__ = ["decide_programs", "decide_ranked", "decide_running_first", "decide_segments"]
 
 _NUM_BLOCKS = attrgetter("num_blocks")
 _BLOCKS_NEEDED = attrgetter("blocks_needed")
@@ -30,9 +31,9 @@ def decide_ranked(
 ) -> list[Decision]:
     """``ranked``: every request of ``view.running`` and ``view.waiting``, best first (an
     iterable: it is read only until admission is blocked and every running request is seen)."""
-    running_ids = {r.request_id for r in view.running}
+    running_ids = set(map(BY_ID, view.running))
     unseen = len(running_ids)
-    budget = view.free_blocks + sum(r.num_blocks for r in view.running)
+    budget = view.free_blocks + sum(map(_NUM_BLOCKS, view.running))
     seats = view.max_num_seqs
     admits: list[Decision] = []
     preempts: list[Decision] = []
@@ -56,6 +57,25 @@ def decide_ranked(
     return preempts + admits
 
 
+def decide_running_first(
+    view: SchedulerView,
+    running: Sequence[RequestView],
+    waiting: Iterable[RequestView],
+    mode: str | None = None,
+) -> list[Decision]:
+    """:func:`decide_ranked` over ``running`` (every running request, best first) then
+    ``waiting`` (read lazily). When every running request keeps its seat their order
+    cannot change a decision: then waiting requests are admitted with what is left."""
+    fill = _Fill(view, mode)
+    if not _all_fit(fill, running):
+        return decide_ranked(view, chain(running, waiting), mode)
+    for r in waiting:
+        fill.waiting(r)
+        if fill.blocked:
+            break
+    return fill.admits
+
+
 class _Fill:
     """The running state of one ranked fill: blocks and seats left, decisions so far."""
 
@@ -71,6 +91,19 @@ class _Fill:
             self.budget, self.seats = self.budget - cost, self.seats - 1
         else:
             self.preempts.append(Preempt(r.request_id, self.mode))
+
+    def running_many(self, running: Sequence[RequestView]) -> None:
+        """:meth:`running` for each, in order; at once when none can keep its seat."""
+        if not running:
+            return
+        if self.seats >= 1 and self.budget >= min(
+            map(add, map(_NUM_BLOCKS, running), map(_BLOCKS_NEEDED, running))
+        ):
+            for r in running:
+                self.running(r)
+        else:
+            mode = self.mode
+            self.preempts += [Preempt(rid, mode) for rid in map(BY_ID, running)]
 
     def waiting(self, r: RequestView) -> None:
         if self.seats >= 1 and r.blocks_needed <= self.budget:
@@ -134,8 +167,7 @@ def decide_programs(
     if rest and not _all_fit(fill, [reqs[i] for i in rest]):
         rest.sort(key=list(map(BY_ID, view.running)).__getitem__)
         rest.sort(key=run_rank.tolist().__getitem__)  # stable: by (program rank, id)
-        for i in rest:
-            fill.running(reqs[i])
+        fill.running_many([reqs[i] for i in rest])
     return fill.preempts + fill.admits
 
 

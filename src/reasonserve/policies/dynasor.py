@@ -35,7 +35,6 @@ from reasonserve.core.decisions import Decision
 from reasonserve.core.errors import InvalidArgumentError
 from reasonserve.core.views import SchedulerView
 from reasonserve.policies._order import BY_ID, Programs, getter
-from reasonserve.policies._programs import program_of
 from reasonserve.policies._ranked import decide_programs
 
 __all__ = ["DynasorPolicy", "DynasorState"]
@@ -58,7 +57,7 @@ class DynasorState:
         return sum(t for _, t in self.history.values()) / n if n else prior
 
 
-def _observe(state: DynasorState, view: SchedulerView) -> DynasorState:
+def _observe(state: DynasorState, view: SchedulerView, programs: Programs) -> DynasorState:
     """Requests last seen running that are no longer live have finished: add them to their
     program's history. (Only running requests finish by generating; tracking those keeps
     this step cheap with a long waiting queue.)"""
@@ -70,8 +69,9 @@ def _observe(state: DynasorState, view: SchedulerView) -> DynasorState:
         pid, tokens = state.last_seen[rid]
         n, total = history.get(pid, (0, 0))
         history[pid] = (n + 1, total + tokens)
-    running = view.running
-    seen = zip(map(program_of, running), map(_GENERATED, running), strict=True)
+    running = view.running  # the first requests of ``programs``
+    pids = map(programs.keys.__getitem__, programs.codes[: len(running)].tolist())
+    seen = zip(pids, map(_GENERATED, running), strict=True)
     return DynasorState(history, dict(zip(map(BY_ID, running), seen, strict=True)))
 
 
@@ -126,8 +126,8 @@ class DynasorPolicy:
         return escalated, np.where(escalated, arrival, remaining), arrival
 
     def step(self, view: SchedulerView, state: DynasorState) -> tuple[list[Decision], DynasorState]:
-        state = _observe(state, view)
         programs = Programs(view.running + view.waiting)
+        state = _observe(state, view, programs)
         escalated, value, arrival = self._program_arrays(view, state, programs)
         order = programs.order(~escalated, value, arrival)
         return decide_programs(view, programs, order, self.mode), state

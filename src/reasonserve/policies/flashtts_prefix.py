@@ -18,7 +18,7 @@ subtree's beams contiguous.
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Sequence
+from collections.abc import Hashable, Iterator, Sequence
 from dataclasses import dataclass
 from itertools import chain
 
@@ -27,8 +27,8 @@ import numpy as np
 from reasonserve.core.decisions import Decision, Order, Preempt
 from reasonserve.core.errors import InvalidArgumentError
 from reasonserve.core.views import RequestView, SchedulerView
-from reasonserve.policies._order import BY_ID, chunked, getter, lex_order
-from reasonserve.policies._ranked import decide_ranked
+from reasonserve.policies._order import BY_ID, argsort_lazily, chunked, getter, lex_order
+from reasonserve.policies._ranked import decide_running_first
 
 __all__ = ["PrefixAwarePolicy", "eviction_cost", "prefix_order"]
 
@@ -38,20 +38,28 @@ _HASHES = getter("prefix_hashes")
 
 def prefix_order(paths: Sequence[Sequence[Hashable]]) -> list[int]:
     """Indices of ``paths`` in greedy prefix-sharing order (stable for equal paths)."""
-    return _path_order(paths, np.arange(len(paths)), ints=False).tolist()
+    return list(_path_order(paths, np.arange(len(paths)), ints=False))
 
 
-def _path_order(paths: Sequence[Sequence[Hashable]], pos: np.ndarray, ints: bool) -> np.ndarray:
-    """:func:`prefix_order` of the paths taken in the order ``pos`` gives them (path i is
-    the ``pos[i]``-th): indices of ``paths`` sorted by each path's key, the tuple of its
-    nodes' ranks (a node's rank: the least ``pos`` of a path that has it), then ``pos``.
-    With ``ints`` (nodes are ints, as prefix hashes are) the ranks come from a numpy sort
-    of the nodes, else from a ``dict``. Either way: about one C-level pass over all nodes."""
+SMALL = 512  # up to this many paths, plain Python is faster than numpy's per-call overhead
+
+
+def _path_order(paths: Sequence[Sequence[Hashable]], taken: np.ndarray, ints: bool) -> Iterator[int]:
+    """:func:`prefix_order` of the paths taken in the order ``taken`` (``taken[k]``: the
+    index of the k-th path), lazily: indices of ``paths`` sorted by each path's key, the
+    tuple of its nodes' ranks (a node's rank: the first ``k`` whose path has it), then
+    ``k``. Past :data:`SMALL` paths the ranks come from a numpy sort of the nodes (with
+    ``ints``: nodes are ints, as prefix hashes are) or one C-level pass of ``dict``, and
+    the keys are sorted in numpy, the first few by a partial selection."""
     n = len(paths)
+    if n <= SMALL:
+        return iter(_plain_order(paths, taken.tolist()))
+    pos = np.empty(n, np.intp)  # path i is the pos[i]-th taken
+    pos[taken] = np.arange(n)
     lens = np.fromiter(map(len, paths), np.intp, n)
-    width = int(lens.max()) if n else 0
+    width = int(lens.max())
     if width == 0:
-        return np.argsort(pos)
+        return argsort_lazily(pos)
     rank = _ranks(paths, np.repeat(pos, lens), ints)
     offsets = np.cumsum(lens) - lens
     columns = []  # column j: the rank of each path's j-th node, -1 past its end (sorts first)
@@ -60,17 +68,25 @@ def _path_order(paths: Sequence[Sequence[Hashable]], pos: np.ndarray, ints: bool
         has = lens > j
         col[has] = rank[offsets[has] + j]
         columns.append(col)
-    if _one_key_fits(n, width):  # one int64 key (unique: pos is), one numpy sort
-        key = np.zeros(n, np.int64)
-        for col in columns:
-            key = key * (n + 1) + (col + 1)
-        return np.argsort(key * n + pos)
-    return np.lexsort((pos, *reversed(columns)))
+    if not _one_key_fits(n, width):
+        return chunked(np.lexsort((pos, *reversed(columns))))
+    key = np.zeros(n, np.int64)
+    for col in columns:
+        key = key * (n + 1) + (col + 1)
+    return argsort_lazily(key * n + pos)  # distinct: pos is
+
+
+def _plain_order(paths: Sequence[Sequence[Hashable]], taken: list[int]) -> list[int]:
+    """:func:`_path_order` in plain Python (the definition, for short queues)."""
+    rank: dict = {}
+    first = rank.setdefault  # iterating in the order taken: the first path to have a node ranks it
+    keys = [tuple([first(node, k) for node in paths[i]]) for k, i in enumerate(taken)]
+    return [taken[k] for k in sorted(range(len(taken)), key=keys.__getitem__)]
 
 
 def _one_key_fits(n: int, width: int) -> bool:
     """Whether ``width`` ranks in [-1, n) and a position in [0, n) pack into one int64."""
-    return (width + 1) * np.log2(n + 1) < 62
+    return bool((width + 1) * np.log2(n + 1) < 62)
 
 
 def _ranks(paths: Sequence[Sequence[Hashable]], owner: np.ndarray, ints: bool) -> np.ndarray:
@@ -123,18 +139,16 @@ class PrefixAwarePolicy:
 
     def decide(self, view: SchedulerView) -> Sequence[Decision]:
         running, waiting = view.running, view.waiting
-        ordered_running = list(map(running.__getitem__, _greedy(running).tolist()))
-        ranked = map(waiting.__getitem__, chunked(_greedy(waiting)))  # read lazily
-        decisions = decide_ranked(view, chain(ordered_running, ranked))
+        ordered_running = list(map(running.__getitem__, _greedy(running)))
+        ranked = map(waiting.__getitem__, _greedy(waiting))  # read lazily
+        decisions = decide_running_first(view, ordered_running, ranked)
         preempted = {d.request_id for d in decisions if isinstance(d, Preempt)}
         kept = tuple(r.request_id for r in ordered_running if r.request_id not in preempted)
         return ([Order(kept)] if kept else []) + decisions
 
 
-def _greedy(requests: Sequence[RequestView]) -> np.ndarray:
+def _greedy(requests: Sequence[RequestView]) -> Iterator[int]:
     """Indices of ``requests`` in greedy prefix order, taken by (arrival, request id)."""
     arrival = np.fromiter(map(_ARRIVAL, requests), np.float64, len(requests))
     by_arrival = lex_order((arrival,), lambda: list(map(BY_ID, requests)))
-    pos = np.empty(len(requests), np.intp)
-    pos[by_arrival] = np.arange(len(requests))
-    return _path_order(list(map(_HASHES, requests)), pos, ints=True)
+    return _path_order(list(map(_HASHES, requests)), by_arrival, ints=True)

@@ -17,7 +17,7 @@ import numpy as np
 from reasonserve.core.decisions import Decision
 from reasonserve.core.views import SchedulerView
 from reasonserve.policies._order import getter, ordered, ranked_lazily
-from reasonserve.policies._ranked import decide_ranked
+from reasonserve.policies._ranked import decide_running_first
 
 __all__ = ["LPMPolicy", "cached_prefix_blocks"]
 
@@ -45,4 +45,4 @@ class LPMPolicy:
         matches = cached_prefix_blocks(list(map(_HASHES, waiting)), cached)
         arrival = np.fromiter(map(_ARRIVAL, waiting), np.float64, len(waiting))
         ranked = ranked_lazily(waiting, (-matches, arrival))  # longest match, then arrival, then id
-        return decide_ranked(view, chain(ordered(view.running, "arrival_s"), ranked))
+        return decide_running_first(view, ordered(view.running, "arrival_s"), ranked)
