@@ -1,8 +1,12 @@
 """Speed half of benchmarks/policies.py: decide() on long queues and simulator throughput.
 
-* ``decide_speed``: median wall time of ``decide()`` for every policy on a view with
-  1,000 / 10,000 / 100,000 queued requests and 256 running ones (the same view each
-  call: a cold decide, no state carried between views helps).
+* ``decide_speed``: median wall and process-CPU time of ``decide()`` for every policy on
+  a view with 1,000 / 10,000 / 100,000 queued requests and 256 running ones (the same
+  view each call: a cold decide, no state carried between views helps), the policies
+  alternated within each repeat, and each one's CPU median over FCFS's in the same run
+  (the machine is shared: the ratio is the steadier figure). ``shuffled=True`` adds the
+  10,000 view with its waiting queue in random order (hosts queue by arrival, so the
+  sorted queue is the common case; a shuffled one costs the sorts their full n log n).
 * ``sim_speed``: the PASCAL setting (8 instances, the medium rate) simulated exactly
   (``decode_steps_per_event=1``) and with the benchmark's coarse steps, on the same
   workload: simulated requests per minute of wall time and of process CPU time (the
@@ -13,9 +17,11 @@
 from __future__ import annotations
 
 import dataclasses
+import random
+import statistics
 import time
 
-from _harness import median_s
+import _harness
 from reasonserve.core import Phase
 from reasonserve.core.views import RequestView, SchedulerView
 from reasonserve.policies import FCFSPolicy, RoundRobinPolicy
@@ -29,7 +35,7 @@ from reasonserve.sim import simulate, summarize
 __all__ = ["big_view", "decide_speed", "sim_speed"]
 
 
-def big_view(n_waiting: int, n_running: int = 256) -> SchedulerView:
+def big_view(n_waiting: int, n_running: int = 256, shuffle_seed: int | None = None) -> SchedulerView:
     def req(i: int, running: bool) -> RequestView:
         phase = (
             (Phase.PREFILL, Phase.REASONING, Phase.ANSWERING)[i % 3] if running or i % 2 else Phase.PREFILL
@@ -40,23 +46,43 @@ def big_view(n_waiting: int, n_running: int = 256) -> SchedulerView:
                            program_id=f"p{i // 8}", prefix_hashes=(i % 7, i % 13))  # fmt: skip
 
     running = tuple(req(i, True) for i in range(n_running))
-    waiting = tuple(req(i, False) for i in range(n_waiting))
-    return SchedulerView(100.0, waiting, running, 500, 16, 512, 3000, 8192)
+    waiting = [req(i, False) for i in range(n_waiting)]
+    if shuffle_seed is not None:
+        random.Random(shuffle_seed).shuffle(waiting)
+    return SchedulerView(100.0, tuple(waiting), running, 500, 16, 512, 3000, 8192)
 
 
-def decide_speed(sizes: tuple[int, ...] = (1_000, 10_000, 100_000)) -> dict:
+def _decide_times(policies: dict, view: SchedulerView, repeats: int) -> dict:
+    """Per policy: median wall and CPU ms of ``decide(view)``, policies alternated."""
+    wall: dict[str, list[float]] = {name: [] for name in policies}
+    cpu: dict[str, list[float]] = {name: [] for name in policies}
+    for p in policies.values():
+        p.decide(view)  # warm-up
+    for _ in range(repeats):
+        for name, p in policies.items():
+            w, c = time.perf_counter(), time.process_time()
+            p.decide(view)
+            cpu[name].append(time.process_time() - c)
+            wall[name].append(time.perf_counter() - w)
+    med = statistics.median
+    return {name: {"wall_ms": med(wall[name]) * 1e3, "cpu_ms": med(cpu[name]) * 1e3,
+                   "cpu_vs_fcfs": med(cpu[name]) / med(cpu["fcfs"])} for name in policies}  # fmt: skip
+
+
+def decide_speed(sizes: tuple[int, ...] = (1_000, 10_000, 100_000), shuffled: bool = False) -> dict:
     policies = {"fcfs": FCFSPolicy(), "round_robin": RoundRobinPolicy(quantum=500), "pascal": PascalPolicy(),
                 "dynasor": DynasorPolicy(), "app_fifo": AppFIFOPolicy(), "lpm": LPMPolicy(),
                 "flashtts_prefix": PrefixAwarePolicy()}  # fmt: skip
+    cases = [(str(n), big_view(n), 15 if n <= 10_000 else 5) for n in sizes]
+    if shuffled:
+        cases.append(("10000 shuffled", big_view(10_000, shuffle_seed=0), 15))
+    print(f"CPU: {_harness.machine('cpu').get('cpu', '?')}", flush=True)
     out = {}
-    for n in sizes:
-        view = big_view(n)
-        repeats = 15 if n <= 10_000 else 5
-        out[n] = {
-            name: median_s(lambda p=p: p.decide(view), repeats=repeats) * 1e3 for name, p in policies.items()
-        }
-        print(f"decide() median ms at {n} waiting + 256 running: "
-              + ", ".join(f"{k} {v:.2f}" for k, v in out[n].items()), flush=True)  # fmt: skip
+    for label, view, repeats in cases:
+        out[label] = _decide_times(policies, view, repeats)
+        print(f"decide() at {label} waiting + 256 running, median ms wall / CPU (CPU / FCFS's): "
+              + ", ".join(f"{k} {v['wall_ms']:.2f} / {v['cpu_ms']:.2f} ({v['cpu_vs_fcfs']:.2f}x)"
+                          for k, v in out[label].items()), flush=True)  # fmt: skip
     return out
 
 
