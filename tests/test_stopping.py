@@ -37,6 +37,9 @@ def _feed(rule, stream):
         ({"position": 64, "answer": "1", "answer_logprobs": (math.nan,)}, InvalidArgumentError),
         ({"position": 64, "answer": "1", "answer_logprobs": (0.5,)}, InvalidArgumentError),
         ({"position": 64, "answer": "1", "think_end_logprob": math.inf}, InvalidArgumentError),
+        ({"position": 64, "answer": "1", "budget_tokens": 0}, InvalidArgumentError),
+        ({"position": 64, "answer": "1", "budget_tokens": 1024.0}, InvalidArgumentError),
+        ({"position": 64, "answer": "1", "budget_tokens": True}, InvalidArgumentError),
     ],
 )
 def test_observation_rejects_bad_fields(kwargs, error):

@@ -100,6 +100,29 @@ def test_logprob_features_for_hosts_that_give_them():
     assert only_end[0]["think_end_prob"] == 1.0 and only_end[0]["answer_confidence"] == 0
 
 
+def test_mode_gap_is_the_current_answers_lag_behind_the_most_frequent():
+    _, out = _run([{"position": 64 * (i + 1), "answer": a} for i, a in enumerate(["5", "5", "5", "7", "5"])])
+    assert [o["mode_gap"] for o in out] == [0, 0, 0, pytest.approx(-2 / 4), 0]
+
+
+def test_budget_features_and_the_last_probe_before_the_budget():
+    state = FeatureState()
+    stream = [ProbeObservation(p, "3", budget_tokens=320) for p in (64, 128, 192, 256)]
+    out = [dict(zip(FEATURE_NAMES, state.update(obs), strict=True)) for obs in stream[:3]]
+    assert [o["budget_seen"] for o in out] == [1, 1, 1]
+    assert out[2]["budget_fraction"] == pytest.approx(192 / 320)
+    assert not state.at_budget_end(stream[2])  # 192 + 64 < 320: one more probe fits
+    state.update(stream[3])
+    assert state.at_budget_end(stream[3])  # 256 + 64 reaches the budget
+    unknown = FeatureState()
+    x = dict(zip(FEATURE_NAMES, unknown.update(ProbeObservation(10_000, "3")), strict=True))
+    assert (x["budget_seen"], x["budget_fraction"]) == (0, 0)
+    assert not unknown.at_budget_end(ProbeObservation(10_000, "3"))
+    over = FeatureState()  # past the budget (a host that overshoots): the share is capped at 1
+    assert dict(zip(FEATURE_NAMES, over.update(ProbeObservation(900, "3", budget_tokens=640)),
+                    strict=True))["budget_fraction"] == 1.0  # fmt: skip
+
+
 def test_hostile_text_is_bounded():
     _, out = _run([{"position": 64, "answer": "{" * 50_000, "text": "{" * 200_000 + "}", "reasoning_tail": "wait " * 100_000}])
     assert out[0]["text_seen"] == 1 and math.isfinite(out[0]["tail_hesitation"])

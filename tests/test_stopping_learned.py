@@ -8,15 +8,16 @@ import numpy as np
 import pytest
 
 from reasonserve.certainindex.conformal import (
+    MAX_N,
     ThresholdRisk,
     choose_threshold,
     clopper_pearson_lower,
     clopper_pearson_upper,
 )
 from reasonserve.certainindex.equivalence import AnswerClasses
-from reasonserve.certainindex.stop_features import FEATURE_NAMES
+from reasonserve.certainindex.stop_features import FEATURE_GROUPS, FEATURE_NAMES
 from reasonserve.certainindex.stop_learned import LogisticStopRule, fit_logistic
-from reasonserve.certainindex.stopping import AgreeSpanRule, default_rule
+from reasonserve.certainindex.stopping import AgreeSpanRule, ProbeObservation, default_rule
 from reasonserve.core import InvalidArgumentError
 from reasonserve.replay import stop_training
 from reasonserve.replay.probe_rules import online_first_stop
@@ -35,6 +36,15 @@ def test_clopper_pearson_matches_the_beta_quantiles():
         clopper_pearson_upper(5, 4, 0.1)
     with pytest.raises(InvalidArgumentError):
         clopper_pearson_upper(1, 4, 1.5)
+
+
+def test_clopper_pearson_is_exact_up_to_max_n_and_a_typed_error_beyond():
+    # scipy.stats.beta.ppf(0.95, 5001, 5000): the bound at k = n / 2 of the largest n allowed
+    assert clopper_pearson_upper(MAX_N // 2, MAX_N, 0.05) == pytest.approx(0.5008229260, abs=1e-8)
+    assert clopper_pearson_lower(MAX_N // 2, MAX_N, 0.05) == pytest.approx(1 - 0.5008229260, abs=1e-8)
+    for bound in (clopper_pearson_upper, clopper_pearson_lower):
+        with pytest.raises(InvalidArgumentError, match="limit"):
+            bound(3, MAX_N + 1, 0.1)
 
 
 def _synthetic_risks(rng, n, true_loss):
@@ -76,13 +86,19 @@ def test_gains_offset_harms_and_nothing_passes_when_the_first_fails():
 def test_fit_logistic_learns_the_direction_and_round_trips_json():
     rng = np.random.default_rng(0)
     x = rng.normal(size=(400, len(FEATURE_NAMES)))
-    x[:, 15:] = 0.0  # signals never seen: no weight
+    unseen = [FEATURE_NAMES.index(n) for g in ("reasoning_text", "logprobs", "budget") for n in FEATURE_GROUPS[g]]
+    x[:, unseen] = 0.0  # signals never seen: no weight
     y = (x[:, 1] + 0.1 * rng.normal(size=400) > 0).astype(float)
     rule = fit_logistic(x, y, np.ones(400))
-    assert rule.weights[1] > 1 and all(w == 0 for w in rule.weights[15:])
-    assert rule.requires == frozenset({"answers", "probe_text"})
+    assert rule.weights[1] > 1 and all(rule.weights[j] == 0 for j in unseen)
+    assert rule.requires == frozenset({"answers", "probe_text", "budget"})  # the budget exit reads the budget
+    no_exit = LogisticStopRule(rule.weights, rule.means, rule.scales, rule.bias, 0.7, budget_exit=False)
+    assert no_exit.requires == frozenset({"answers", "probe_text"})
     again = LogisticStopRule.from_json(rule.with_threshold(0.7).to_json())
-    assert again.threshold == 0.7 and again.weights == rule.weights
+    assert again.threshold == 0.7 and again.weights == rule.weights and again.budget_exit
+    assert not LogisticStopRule.from_json(no_exit.to_json()).with_threshold(0.5).budget_exit
+    with pytest.raises(InvalidArgumentError):
+        LogisticStopRule(rule.weights, rule.means, rule.scales, rule.bias, 0.7, budget_exit="yes")
     with pytest.raises(InvalidArgumentError):
         LogisticStopRule.from_json({"features": ["x"], "weights": []})
     with pytest.raises(InvalidArgumentError):
@@ -104,9 +120,10 @@ def _trajectory(rng, p):
     final = classes.add(target if rng.random() < 0.8 else wrong)
     correct = tuple(classes.representative(c) == target for c in range(len(classes)))
     run_at, current_at = _runs(raw)
+    budget = rng.choice([0, 64 * n + 50, 64 * n - 10, 64 * max(1, n // 2)])  # 0: not recorded
     return Trajectory(("math500", str(p), "0"), f"m{p % 2}__math500__s", target, 64 * n + 50, final, correct[final],
                       True, tuple(64 * (i + 1) for i in range(n)), tuple(raw), tuple(raw), correct, run_at,
-                      current_at, answers=tuple(answers), texts=tuple(texts))  # fmt: skip
+                      current_at, answers=tuple(answers), texts=tuple(texts), budget=budget)  # fmt: skip
 
 
 def _offline_stop(rule, stream):
@@ -120,9 +137,11 @@ def test_online_decisions_equal_the_offline_sweep_on_synthetic_streams():
     trajs = [_trajectory(rng, p) for p in range(60)]
     items = stop_training.streams(trajs)
     rule = stop_training.fit_rule(items, tolerance=0.05)
-    for threshold in (rule.threshold, 0.5, 0.9, 0.99):
-        r = rule.with_threshold(threshold)
-        assert [online_first_stop(r, t) for t in trajs] == [_offline_stop(r, s) for s in items]
+    assert sum(bool(s.budget_end.any()) for s in items) > 10  # the budget exit is exercised
+    for threshold in (rule.threshold, 0.5, 0.9, 0.99, 1.0):
+        for budget_exit in (True, False):
+            r = LogisticStopRule(rule.weights, rule.means, rule.scales, rule.bias, threshold, budget_exit=budget_exit)
+            assert [online_first_stop(r, t) for t in trajs] == [_offline_stop(r, s) for s in items]
     # The k-agree score of the offline sweep is the online last-k-agree rule.
     for k in (1, 3, 6):
         offline = []
@@ -160,9 +179,9 @@ def test_a_rule_fitted_on_logprobs_reads_them_deer_style():
     weights = [0.0] * len(FEATURE_NAMES)
     weights[FEATURE_NAMES.index("answer_confidence")] = 10.0
     ones = (1.0,) * len(FEATURE_NAMES)
-    rule = LogisticStopRule(tuple(weights), (0.0,) * len(FEATURE_NAMES), ones, bias=-5.0, threshold=0.5)
+    rule = LogisticStopRule(tuple(weights), (0.0,) * len(FEATURE_NAMES), ones, bias=-5.0, threshold=0.5,
+                            budget_exit=False)  # fmt: skip
     assert rule.requires == frozenset({"answers", "logprobs"})
-    from reasonserve.certainindex.stopping import ProbeObservation
 
     unsure = rule.start().observe(ProbeObservation(64, "3", answer_logprobs=(math.log(0.2), math.log(0.2))))
     sure = rule.start().observe(ProbeObservation(64, "3", answer_logprobs=(math.log(0.9), math.log(0.9))))
@@ -170,3 +189,18 @@ def test_a_rule_fitted_on_logprobs_reads_them_deer_style():
     assert not unsure.stop and sure.stop and sure.answer == "3" and sure.certainty == pytest.approx(1 / (1 + math.exp(-4)))
     assert not missing.stop  # no log-probabilities: the confidence feature reads 0
     assert not rule.start().observe(ProbeObservation(64, None, answer_logprobs=(0.0,))).stop  # no answer, no exit
+
+
+def test_the_budget_exit_returns_the_latest_answer_at_the_last_probe_before_the_budget():
+    never = LogisticStopRule((0.0,) * len(FEATURE_NAMES), (0.0,) * len(FEATURE_NAMES), (1.0,) * len(FEATURE_NAMES),
+                             bias=-30.0, threshold=0.99)  # fmt: skip
+    state = never.start()
+    decisions = [state.observe(ProbeObservation(p, a, budget_tokens=256)) for p, a in ((64, "1"), (128, "2"), (192, "3"))]
+    assert [d.stop for d in decisions] == [False, False, True] and decisions[-1].answer == "3"
+    silent = never.start()  # no answer yet at the budget's end: nothing to return, no exit
+    assert not silent.observe(ProbeObservation(192, None, budget_tokens=256)).stop
+    unknown = never.start()  # no budget given: the score alone decides
+    assert not any(unknown.observe(ProbeObservation(p, "3")).stop for p in range(64, 100_000, 64))
+    off = never.with_threshold(0.99)
+    off = LogisticStopRule(off.weights, off.means, off.scales, off.bias, 0.99, budget_exit=False)
+    assert not off.start().observe(ProbeObservation(192, "3", budget_tokens=256)).stop

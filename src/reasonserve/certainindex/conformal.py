@@ -22,27 +22,37 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
+
 from reasonserve.core.errors import InvalidArgumentError
 
-__all__ = ["ThresholdRisk", "choose_threshold", "clopper_pearson_lower", "clopper_pearson_upper"]
+__all__ = ["MAX_N", "ThresholdRisk", "choose_threshold", "clopper_pearson_lower", "clopper_pearson_upper"]
+
+
+MAX_N = 1_000_000  # the exact sums cost O(n) per evaluation: larger calibration sets are refused
 
 
 def _binom_cdf(k: int, n: int, p: float) -> float:
-    """P(X <= k) for X ~ Binomial(n, p), summed in log space."""
+    """P(X <= k) for X ~ Binomial(n, p), summed in log space (``n <= MAX_N``)."""
+    if n > MAX_N:
+        raise InvalidArgumentError(f"n = {n} is over the exact bound's limit of {MAX_N} programs")
     if p <= 0.0:
         return 1.0
     if p >= 1.0:
         return 1.0 if k >= n else 0.0
-    lp, lq = math.log(p), math.log1p(-p)
-    logs = [math.lgamma(n + 1) - math.lgamma(i + 1) - math.lgamma(n - i + 1) + i * lp + (n - i) * lq
-            for i in range(k + 1)]  # fmt: skip
-    top = max(logs)
-    return min(1.0, math.exp(top) * sum(math.exp(v - top) for v in logs))
+    i = np.arange(1, k + 1, dtype=np.float64)
+    log_choose = np.concatenate([[0.0], np.cumsum(np.log(n - i + 1) - np.log(i))])  # log C(n, 0..k)
+    j = np.arange(k + 1, dtype=np.float64)
+    logs = log_choose + j * math.log(p) + (n - j) * math.log1p(-p)
+    top = float(logs.max())
+    return min(1.0, math.exp(top) * float(np.exp(logs - top).sum()))
 
 
 def _check(k: int, n: int, delta: float) -> None:
     if not (isinstance(n, int) and isinstance(k, int) and 0 <= k <= n and n >= 1):
         raise InvalidArgumentError(f"need integers 0 <= k <= n, n >= 1; got k={k!r}, n={n!r}")
+    if n > MAX_N:
+        raise InvalidArgumentError(f"n = {n} is over the exact bound's limit of {MAX_N} (use a sample)")
     if not 0 < delta < 1:
         raise InvalidArgumentError(f"delta must lie in (0, 1), got {delta!r}")
 

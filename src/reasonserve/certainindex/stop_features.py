@@ -16,7 +16,11 @@ returns the feature vector named by :data:`FEATURE_NAMES`, all after that probe:
   a verification phrase after a stated answer that matches the probe, "let me try
   another approach";
 * log-probabilities where the host gives them (DEER): the answer tokens' mean
-  probability and P(``</think>``).
+  probability and P(``</think>``);
+* the budget where the host gives it (its ``max_tokens``): the share of the budget
+  spent, scale-free across budgets and models — a run near its budget that has not
+  settled is likely to end unfinished and wrong, so exiting it costs little;
+* the current answer's lead over the most frequent answer so far (0: it is the mode).
 
 A signal that is not observed gives 0 with its ``*_seen`` indicator 0, so a model
 fitted where a signal was missing ignores it.
@@ -34,15 +38,17 @@ from reasonserve.certainindex.probe_consistency import HESITATION_WORDS
 from reasonserve.certainindex.stopping import ProbeObservation
 from reasonserve.core.errors import InvalidArgumentError
 
-__all__ = ["FEATURE_NAMES", "FeatureState", "text_features"]
+__all__ = ["FEATURE_GROUPS", "FEATURE_NAMES", "FeatureState", "text_features"]
 
-FEATURE_NAMES = (
-    "log_position", "log_run_tokens", "run_fraction", "share", "log_distinct", "change_rate",
-    "log_age", "run_jump", "recent_empty", "answered", "recent_distinct",
-    "text_seen", "hesitant", "closes", "reopens",
-    "tail_seen", "tail_hesitation", "tail_verifies", "tail_new_approach",
-    "logprob_seen", "answer_confidence", "think_end_prob",
-)  # fmt: skip
+FEATURE_GROUPS = {  # the signal (stopping.SIGNALS) each feature reads, in vector order
+    "answers": ("log_position", "log_run_tokens", "run_fraction", "share", "log_distinct", "change_rate",
+                "log_age", "run_jump", "recent_empty", "answered", "recent_distinct", "mode_gap"),
+    "probe_text": ("text_seen", "hesitant", "closes", "reopens"),
+    "reasoning_text": ("tail_seen", "tail_hesitation", "tail_verifies", "tail_new_approach"),
+    "logprobs": ("logprob_seen", "answer_confidence", "think_end_prob"),
+    "budget": ("budget_seen", "budget_fraction"),
+}  # fmt: skip
+FEATURE_NAMES = tuple(name for names in FEATURE_GROUPS.values() for name in names)
 _RECENT = 16
 _SCALE = 1024.0  # tokens
 _TEXT_CHARS = 4_000  # probe text and reasoning tails are read in their last this many characters
@@ -108,7 +114,7 @@ class FeatureState:
         self.classes = AnswerClasses()
         self.current, self.current_answer = -1, None
         self._run_start = self._interval = self._last_position = -1
-        self._run, self._answered, self._changes, self._longest_other = 0, 0, 0, 0
+        self._run, self._answered, self._changes, self._longest_other, self._top = 0, 0, 0, 0, 0
         self._counts: dict[int, int] = {}
         self._first_seen: dict[int, int] = {}
         self._recent: deque = deque(maxlen=_RECENT)
@@ -129,6 +135,7 @@ class FeatureState:
             return
         self._answered += 1
         self._counts[cid] = self._counts.get(cid, 0) + 1
+        self._top = max(self._top, self._counts[cid])  # the mode's count so far
         self._first_seen.setdefault(cid, position)
         if cid == self.current:
             self._run += 1
@@ -138,11 +145,15 @@ class FeatureState:
             self._longest_other = max(self._longest_other, self._run)
         self.current, self.current_answer, self._run, self._run_start = cid, answer, 1, position
 
+    def at_budget_end(self, obs: ProbeObservation) -> bool:
+        """Is ``obs`` the last probe before the budget (the next one, an interval on, would pass it)?"""
+        return obs.budget_tokens is not None and obs.position + max(self._interval, 1) >= obs.budget_tokens
+
     def update(self, obs: ProbeObservation) -> tuple[float, ...]:
         self._see_position(obs.position)
         cid = self.classes.add(obs.answer[:_TEXT_CHARS] if obs.answer else None)
         self._see_answer(cid, obs.answer, obs.position)
-        return self._history(obs.position, cid) + self._text(obs, cid) + _logprobs(obs)
+        return self._history(obs.position, cid) + self._text(obs, cid) + _logprobs(obs) + _budget(obs)
 
     def _history(self, position: int, cid: int) -> tuple[float, ...]:
         interval = max(self._interval, 1)
@@ -162,6 +173,7 @@ class FeatureState:
             sum(1 for c in self._recent if c < 0) / len(self._recent),
             float(cid >= 0),
             len(set(recent)) / _RECENT,
+            (self._counts.get(self.current, 0) - self._top) / answered,
         )
 
     def _text(self, obs: ProbeObservation, cid: int) -> tuple[float, ...]:
@@ -178,3 +190,9 @@ def _logprobs(obs: ProbeObservation) -> tuple[float, float, float]:
         return 0.0, 0.0, 0.0
     confidence = math.exp(sum(lps) / len(lps)) if lps else 0.0
     return 1.0, confidence, math.exp(end) if end is not None else 0.0
+
+
+def _budget(obs: ProbeObservation) -> tuple[float, float]:
+    if obs.budget_tokens is None:
+        return 0.0, 0.0
+    return 1.0, min(1.0, obs.position / obs.budget_tokens)

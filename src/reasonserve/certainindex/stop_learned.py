@@ -4,7 +4,10 @@
 that exiting now with the current answer costs no accuracy (the exit answer is right,
 or the full run would have been wrong anyway). The rule exits at the first probe with
 an answer whose score reaches ``threshold``; the threshold is chosen with a
-Clopper-Pearson risk bound (:mod:`.conformal`). The weights are fitted by
+Clopper-Pearson risk bound (:mod:`.conformal`). With ``budget_exit`` (and a host that
+gives the budget) it also exits at the last probe before the budget, whatever the
+score: a run that reaches its budget is cut mid-thought, and the latest probe's answer
+is right more often than the answer of the cut run (docs/benchmarks.md). The weights are fitted by
 :func:`fit_logistic` (Newton's method with a small ridge penalty: deterministic, no
 random state) and stored as JSON (:meth:`LogisticStopRule.to_json`).
 """
@@ -18,17 +21,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from reasonserve.certainindex.stop_features import FEATURE_NAMES, FeatureState
+from reasonserve.certainindex.stop_features import FEATURE_GROUPS, FEATURE_NAMES, FeatureState
 from reasonserve.certainindex.stopping import ProbeObservation, StopDecision
 from reasonserve.core.errors import InvalidArgumentError
 
 __all__ = ["LogisticStopRule", "fit_logistic"]
 
 # Which signal each feature reads (a rule requires the signals of its non-zero weights).
-_SIGNAL_OF = {**{n: "answers" for n in FEATURE_NAMES[:11]},
-              **{n: "probe_text" for n in FEATURE_NAMES[11:15]},
-              **{n: "reasoning_text" for n in FEATURE_NAMES[15:19]},
-              **{n: "logprobs" for n in FEATURE_NAMES[19:]}}  # fmt: skip
+_SIGNAL_OF = {name: signal for signal, names in FEATURE_GROUPS.items() for name in names}
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,6 +41,7 @@ class LogisticStopRule:
     bias: float
     threshold: float
     name: str = "learned"
+    budget_exit: bool = True
 
     def __post_init__(self) -> None:
         d = len(FEATURE_NAMES)
@@ -52,11 +53,13 @@ class LogisticStopRule:
             raise InvalidArgumentError("scales must be > 0")
         if not math.isfinite(self.bias) or not 0 <= self.threshold <= 1.0 + 1e-12:
             raise InvalidArgumentError(f"bias must be finite and threshold in [0, 1], got {self.threshold!r}")
+        if not isinstance(self.budget_exit, bool):
+            raise InvalidArgumentError(f"budget_exit must be a bool, got {self.budget_exit!r}")
 
     @property
     def requires(self) -> frozenset[str]:
         used = {_SIGNAL_OF[n] for n, w in zip(FEATURE_NAMES, self.weights, strict=True) if w != 0.0}
-        return frozenset({"answers"} | used)
+        return frozenset({"answers"} | used | ({"budget"} if self.budget_exit else set()))
 
     def score(self, features: Sequence[float]) -> float:
         z = self.bias + sum(w * (x - m) / s for w, x, m, s in
@@ -65,7 +68,7 @@ class LogisticStopRule:
 
     def with_threshold(self, threshold: float, name: str | None = None) -> LogisticStopRule:
         return LogisticStopRule(self.weights, self.means, self.scales, self.bias, threshold,
-                                name or self.name)  # fmt: skip
+                                name or self.name, self.budget_exit)  # fmt: skip
 
     def start(self) -> _LogisticState:
         return _LogisticState(self)
@@ -73,7 +76,7 @@ class LogisticStopRule:
     def to_json(self) -> dict:
         return {"features": list(FEATURE_NAMES), "weights": list(self.weights), "means": list(self.means),
                 "scales": list(self.scales), "bias": self.bias, "threshold": self.threshold,
-                "name": self.name}  # fmt: skip
+                "name": self.name, "budget_exit": self.budget_exit}  # fmt: skip
 
     @classmethod
     def from_json(cls, payload: dict) -> LogisticStopRule:
@@ -82,7 +85,7 @@ class LogisticStopRule:
         try:
             return cls(tuple(payload["weights"]), tuple(payload["means"]), tuple(payload["scales"]),
                        float(payload["bias"]), float(payload["threshold"]),
-                       str(payload.get("name", "learned")))
+                       str(payload.get("name", "learned")), payload.get("budget_exit", False))
         except (KeyError, TypeError, ValueError) as exc:  # fmt: skip
             raise InvalidArgumentError(f"malformed learned stopping rule: {exc}") from None
 
@@ -105,7 +108,8 @@ class _LogisticState:
         if answer is None:
             return StopDecision(False, None, 0.0)
         certainty = self._rule.score(x)
-        return StopDecision(certainty >= self._rule.threshold, answer, certainty)
+        at_end = self._rule.budget_exit and self._features.at_budget_end(obs)
+        return StopDecision(certainty >= self._rule.threshold or at_end, answer, certainty)
 
 
 def fit_logistic(

@@ -11,10 +11,12 @@ A rule says which signals it reads in ``requires`` (a subset of :data:`SIGNALS`)
 * ``answers`` — the extracted probe answer (every rule);
 * ``probe_text`` — the raw probe continuation (hesitation words, what follows ``}``);
 * ``reasoning_text`` — the reasoning produced since the previous probe;
-* ``logprobs`` — log-probabilities of the probe answer's tokens and of ``</think>``.
+* ``logprobs`` — log-probabilities of the probe answer's tokens and of ``</think>``;
+* ``budget`` — the program's reasoning-token budget (``budget_tokens``).
 
 A host that cannot give a signal a rule requires should pick another rule; a missing
-optional signal (``text=""``, ``answer_logprobs=None``) is read as "not observed".
+optional signal (``text=""``, ``answer_logprobs=None``, ``budget_tokens=None``) is read
+as "not observed".
 
 :func:`default_rule` is the shipped rule (see docs/certainindex.md).
 """
@@ -40,7 +42,7 @@ __all__ = [
     "window_rule",
 ]
 
-SIGNALS = frozenset({"answers", "probe_text", "reasoning_text", "logprobs"})
+SIGNALS = frozenset({"answers", "probe_text", "reasoning_text", "logprobs", "budget"})
 _MAX_TEXT_CHARS = 100_000  # longer texts are cut to their last this many characters
 
 
@@ -51,7 +53,9 @@ class ProbeObservation:
     ``position``: reasoning tokens so far; ``answer``: the extracted probe answer
     (``None``/empty: none); ``text``: the raw probe continuation; ``reasoning_tail``:
     reasoning text since the previous probe; ``answer_logprobs``: log-probabilities of
-    the answer's tokens; ``think_end_logprob``: log P(``</think>``) at the probe.
+    the answer's tokens; ``think_end_logprob``: log P(``</think>``) at the probe;
+    ``budget_tokens``: the program's reasoning-token budget (the host's ``max_tokens``;
+    ``None``: unknown).
     """
 
     position: int
@@ -60,10 +64,14 @@ class ProbeObservation:
     reasoning_tail: str = ""
     answer_logprobs: tuple[float, ...] | None = None
     think_end_logprob: float | None = None
+    budget_tokens: int | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.position, bool) or not isinstance(self.position, int) or self.position < 0:
             raise InvalidArgumentError(f"position must be an integer >= 0 (tokens), got {self.position!r}")
+        budget = self.budget_tokens
+        if budget is not None and (isinstance(budget, bool) or not isinstance(budget, int) or budget < 1):
+            raise InvalidArgumentError(f"budget_tokens must be an integer >= 1 or None, got {budget!r}")
         if self.answer is not None and not isinstance(self.answer, str):
             raise InvalidTypeError(f"answer must be str or None, got {type(self.answer).__name__}")
         for name in ("text", "reasoning_tail"):

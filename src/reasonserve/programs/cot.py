@@ -41,12 +41,13 @@ __all__ = ["DEFAULT_PROBE_SUFFIX", "CoTWithProbe", "host_default_rule"]
 DEFAULT_PROBE_SUFFIX = (
     "... Oh, I suddenly got the answer to the whole problem, **Final Answer**\n\n\\[ \\boxed{"
 )
-_HOST_SIGNALS = frozenset({"answers", "probe_text", "reasoning_text"})
+_HOST_SIGNALS = frozenset({"answers", "probe_text", "reasoning_text", "budget"})
 
 
 def host_default_rule() -> StoppingRule:
     """``default_rule()`` when the program can give every signal it requires (answers,
-    probe text, reasoning text: the hosts here return no log-probabilities); otherwise
+    probe text, reasoning text, the budget ``max_tokens``: the hosts here return no
+    log-probabilities); otherwise
     the agree-span rule ``AgreeSpanRule(2432, 2048)``, which needs answers and probe text."""
     rule = default_rule()
     return rule if set(rule.requires) <= _HOST_SIGNALS else cast(StoppingRule, AgreeSpanRule(2432, 2048))
@@ -155,7 +156,8 @@ class _Run:
         trace.num_probes += 1
         trace.probe_tokens += len(out.token_ids) if out.token_ids is not None else 0
         trace.add_probe_computed(out.num_computed_tokens)
-        obs = ProbeObservation(trace.tokens_generated, extract_probe_answer(out.text), out.text, tail)
+        obs = ProbeObservation(trace.tokens_generated, extract_probe_answer(out.text), out.text, tail,
+                               budget_tokens=cfg.max_tokens)  # fmt: skip
         decision = self.state.observe(obs)
         trace.event("probe", position=obs.position, answer=obs.answer, computed=out.num_computed_tokens,
                     certainty=decision.certainty, stop=decision.stop)  # fmt: skip

@@ -59,6 +59,7 @@ class Trajectory:
     answers: tuple[str | None, ...] = ()  # raw probe answer per probe (empty: not kept)
     texts: tuple[str, ...] = ()  # raw probe text per probe ("" where not recorded)
     tails: tuple[str, ...] = ()  # reasoning text since the previous probe (empty: not kept)
+    budget: int = 0  # the run's max reasoning tokens (meta.json budget_tokens; 0: not recorded)
 
     def observations(self) -> list[ProbeObservation]:
         """The probes as a host would hand them to a stopping rule, in order."""
@@ -67,7 +68,8 @@ class Trajectory:
         texts = self.texts or ("",) * len(self.positions)
         tails = self.tails or ("",) * len(self.positions)
         rows = zip(self.positions, self.answers, texts, tails, strict=True)
-        return [ProbeObservation(p, a, t, r) for p, a, t, r in rows]
+        budget = self.budget or None
+        return [ProbeObservation(p, a, t, r, budget_tokens=budget) for p, a, t, r in rows]
 
     def class_of(self, answer: str | None) -> int:
         """Class id of a raw probe answer of this trajectory (-1: not one of them)."""
@@ -131,7 +133,7 @@ def _checked_label(label: dict, where: str) -> dict:
 
 
 def _trajectory(
-    run: str, label: dict, probes: list[dict], gate: ProbeConsistency, interval: int, grade: Grade
+    run: str, label: dict, probes: list[dict], gate: ProbeConsistency, meta: tuple[int, ...], grade: Grade
 ) -> Trajectory:
     classes = AnswerClasses()
     raw, counted, positions, answers, texts = [], [], [], [], []
@@ -165,9 +167,10 @@ def _trajectory(
         run_at=run_at,
         current_at=current_at,
         finished=None if label.get("finished_naturally") is None else bool(label["finished_naturally"]),
-        interval=interval,
+        interval=meta[0],
         answers=tuple(answers),
         texts=tuple(texts),
+        budget=meta[1],
     )
 
 
@@ -205,7 +208,7 @@ def load_run(
         if not (root / name).is_file():
             raise InvalidArgumentError(f"{root} is not a probe run: {name} is missing")
     gate = gate or ProbeConsistency()
-    interval = _recorded_interval(root / "meta.json")
+    meta = tuple(_recorded(root / "meta.json", key) for key in ("probe_interval_tokens", "budget_tokens"))
     probes = _read_probes(root / "probes.csv.gz")
     out, seen, late = [], set(), 0
     for line_no, raw in read_jsonl(root / "labels.jsonl"):
@@ -214,7 +217,7 @@ def load_run(
         seen.add(key)
         rows = [r for r in probes.get(key, []) if r["token_position"] <= label["tokens_used"]]
         late += len(probes.get(key, [])) - len(rows)
-        out.append(_trajectory(root.name, label, rows, gate, interval, grade))
+        out.append(_trajectory(root.name, label, rows, gate, meta, grade))
     if skipped is not None:
         skipped["probes after tokens_used"] = skipped.get("probes after tokens_used", 0) + late
         orphans = sum(len(rows) for key, rows in probes.items() if key not in seen)
@@ -222,10 +225,10 @@ def load_run(
     return out
 
 
-def _recorded_interval(meta: pathlib.Path) -> int:
-    """``probe_interval_tokens`` from ``meta.json`` (0 when absent or malformed)."""
+def _recorded(meta: pathlib.Path, key: str) -> int:
+    """A positive whole number ``key`` from ``meta.json`` (0 when absent or malformed)."""
     try:
-        value = json.loads(meta.read_text(encoding="utf-8")).get("probe_interval_tokens", 0)
+        value = json.loads(meta.read_text(encoding="utf-8")).get(key, 0)
     except (OSError, ValueError, AttributeError):
         return 0
     return value if isinstance(value, int) and value > 0 else 0

@@ -8,8 +8,10 @@ Beside the window rule it reports, on the same trajectories:
   full run's final answer;
 * the learned rule and the "last k probes agree" baseline cross-validated by **model**
   (leave one model out) and by (model, dataset), at the accuracy tolerances
-  {0, 0.5, 1, 2} points, both chosen by the same Clopper-Pearson risk test;
-* savings-vs-accuracy curves (held-out learned scores, k-agree, token window, oracle).
+  {0, 0.5, 1, 2} points, both chosen by the same Clopper-Pearson risk test, and, for
+  context, k-agree with the learned rule's exit at the last probe before the budget;
+* savings-vs-accuracy curves (held-out learned scores, k-agree with and without the
+  budget exit, token window, oracle).
 """
 
 from __future__ import annotations
@@ -26,7 +28,9 @@ from reasonserve.replay.stop_training import (
     DELTA,
     TOLERANCES,
     agree_runs,
+    budget_exit,
     cross_validate_streams,
+    finite_scores,
     held_out_scores,
     streams,
     sweep,
@@ -65,14 +69,16 @@ def _replayed(rule, trajs: Sequence[Trajectory]) -> dict:
 
 def _curves(items) -> dict[str, list[tuple[str, Outcome]]]:
     scores = held_out_scores(items, lambda s: s.group[0])
-    pooled = np.concatenate([sc for sc in scores if len(sc)] or [np.zeros(1)])
-    grid = sorted({float(q) for q in np.quantile(pooled, np.linspace(0.5, 1.0, 40))}, reverse=True)
+    quantiles = np.quantile(finite_scores(scores), np.linspace(0.5, 1.0, 40))
+    grid = sorted({float(q) for q in quantiles}, reverse=True)
     runs = [agree_runs(s) for s in items]
+    ended = [budget_exit(r, s) for r, s in zip(runs, items, strict=True)]
     spans = [np.maximum.accumulate(s.features[:, 1]) if len(s.features) else np.zeros(0) for s in items]
     token_grid = [float(np.log1p(t / 1024)) for t in range(8192, 255, -256)]
     ks = list(range(64, 0, -1))
     return {"learned, held-out model": _named([f"p>={t:.4f}" for t in grid], sweep(items, scores, grid)),
             "last k agree": _named([f"k={k}" for k in ks], sweep(items, runs, ks)),
+            "last k agree + budget exit": _named([f"k={k}" for k in ks], sweep(items, ended, ks)),
             "answer held (tokens)": _named([f"{t:.3f}" for t in token_grid], sweep(items, spans, token_grid))}
 
 
@@ -94,18 +100,25 @@ def stopping_report(trajs: Sequence[Trajectory], *, delta: float = DELTA) -> dic
         return {**section, "cross_validated": note, "_rows": _rows(replays, {}, {}), "_curves": {}}
     by_model = cross_validate_streams(items, lambda s: s.group[0], TOLERANCES, delta)
     by_group = cross_validate_streams(items, lambda s: "/".join(s.group), TOLERANCES, delta)
-    cv = {}
-    for tol in TOLERANCES:
-        cv[str(tol)] = {"learned, leave one model out": by_model[tol].pooled_learned.as_dict(),
-                        "k agree, leave one model out": by_model[tol].pooled_kagree.as_dict(),
-                        "k chosen per held-out model": by_model[tol].kagree_chosen,
-                        "learned, leave one (model, dataset) out": by_group[tol].pooled_learned.as_dict(),
-                        "k agree, leave one (model, dataset) out": by_group[tol].pooled_kagree.as_dict(),
-                        "learned per held-out model": dict(zip(by_model[tol].folds,
-                                                               [o.as_dict() for o in by_model[tol].learned],
-                                                               strict=True))}  # fmt: skip
+    cv = {str(tol): _cv_json(by_model[tol], by_group[tol]) for tol in TOLERANCES}
     return {**section, "cross_validated": cv, "_rows": _rows(replays, by_model, by_group),
             "_curves": _curves(items)}  # fmt: skip
+
+
+def _cv_json(m, g) -> dict:
+    """One tolerance's held-out outcomes: ``m`` leaving one model out, ``g`` one (model, dataset)."""
+    def per_fold(outs):
+        return dict(zip(m.folds, [o.as_dict() for o in outs], strict=True))
+
+    return {"learned, leave one model out": m.pooled_learned.as_dict(),
+            "k agree, leave one model out": m.pooled_kagree.as_dict(),
+            "k chosen per held-out model": m.kagree_chosen,
+            "k agree + budget exit, leave one model out": m.pooled_kagree_budget.as_dict(),
+            "k (+ budget exit) chosen per held-out model": m.kagree_budget_chosen,
+            "learned, leave one (model, dataset) out": g.pooled_learned.as_dict(),
+            "k agree, leave one (model, dataset) out": g.pooled_kagree.as_dict(),
+            "learned per held-out model": per_fold(m.learned),
+            "k agree per held-out model": per_fold(m.kagree)}  # fmt: skip
 
 
 def _rule_json(r: dict) -> dict:
@@ -126,6 +139,8 @@ def _rows(replays, by_model, by_group) -> list[tuple[str, Outcome]]:
         rows += [(f"learned @{pt}, leave-one-model-out", by_model[tol].pooled_learned),
                  (f"k agree @{pt}, leave-one-model-out (k={by_model[tol].kagree_chosen})",
                   by_model[tol].pooled_kagree),
+                 (f"k agree + budget exit @{pt}, leave-one-model-out "
+                  f"(k={by_model[tol].kagree_budget_chosen})", by_model[tol].pooled_kagree_budget),
                  (f"learned @{pt}, leave-one-(model, dataset)-out", by_group[tol].pooled_learned),
                  (f"k agree @{pt}, leave-one-(model, dataset)-out", by_group[tol].pooled_kagree)]  # fmt: skip
     return rows

@@ -3,8 +3,9 @@
 Every trajectory is turned into a :class:`Stream` by feeding its probes to the same
 :class:`~reasonserve.certainindex.stop_features.FeatureState` that a
 :class:`~reasonserve.certainindex.stop_learned.LogisticStopRule` runs online; the
-score of a probe is that rule's ``score``, so a threshold's first crossing here is
-the rule's first stop online (tested). A probe is labelled 1 when exiting there costs
+score of a probe is that rule's ``score`` (``inf`` at the last probe before the budget
+when the rule exits there), so a threshold's first crossing here is the rule's first
+stop online (tested). A probe is labelled 1 when exiting there costs
 no accuracy (its answer is right, or the full run's is wrong). The threshold is the
 last one of the passing prefix of a Clopper-Pearson risk test
 (:func:`~reasonserve.certainindex.conformal.choose_threshold`), thresholds ordered from
@@ -35,7 +36,9 @@ __all__ = [
     "Stream",
     "StreamCV",
     "agree_runs",
+    "budget_exit",
     "cross_validate_streams",
+    "finite_scores",
     "fit_rule",
     "held_out_scores",
     "streams",
@@ -55,6 +58,7 @@ class Stream:
     features: np.ndarray  # [P, F]
     current: np.ndarray  # [P] class of the current answer (-1: none yet)
     right: np.ndarray  # [P] is the current answer right?
+    budget_end: np.ndarray  # [P] is this the last probe before the budget?
 
     @property
     def group(self) -> tuple[str, str]:
@@ -66,20 +70,32 @@ def streams(trajs: Sequence[Trajectory]) -> list[Stream]:
     out = []
     for tr in trajs:
         state = FeatureState()
-        feats, current = [], []
+        feats, current, end = [], [], []
         for obs in tr.observations():
             feats.append(state.update(obs))
             current.append(tr.class_of(state.current_answer) if state.current_answer is not None else -1)
+            end.append(state.at_budget_end(obs))
         cur = np.array(current, dtype=np.int64)
         right = np.array([c >= 0 and tr.class_correct[c] for c in current], dtype=bool)
         x = np.array(feats, dtype=np.float64).reshape(len(feats), len(FEATURE_NAMES))
-        out.append(Stream(tr, x, cur, right))
+        out.append(Stream(tr, x, cur, right, np.array(end, dtype=bool)))
     return out
 
 
 def _scores(rule: LogisticStopRule, s: Stream) -> np.ndarray:
     """The rule's score per probe, -1 where there is no answer yet; running maximum."""
     raw = np.array([rule.score(x) if c >= 0 else -1.0 for x, c in zip(s.features, s.current, strict=True)])
+    return budget_exit(raw, s) if rule.budget_exit else _running_max(raw)
+
+
+def budget_exit(raw: np.ndarray, s: Stream) -> np.ndarray:
+    """``raw`` with ``inf`` (an exit at every threshold) at the answered last probe before the budget."""
+    if len(raw):
+        raw = np.where(s.budget_end & (s.current >= 0), np.inf, raw)
+    return _running_max(raw)
+
+
+def _running_max(raw: np.ndarray) -> np.ndarray:
     return np.maximum.accumulate(raw) if len(raw) else raw
 
 
@@ -92,7 +108,7 @@ def agree_runs(s: Stream) -> np.ndarray:
             run = run + 1 if c == last else 1
             last = c
         runs.append(run)
-    return np.maximum.accumulate(np.array(runs, dtype=np.float64)) if runs else np.zeros(0)
+    return _running_max(np.array(runs, dtype=np.float64))
 
 
 def sweep(items: Sequence[Stream], scores: Sequence[np.ndarray], thresholds: Sequence[float]):
@@ -118,8 +134,15 @@ def sweep(items: Sequence[Stream], scores: Sequence[np.ndarray], thresholds: Seq
 
 def _grid(scores: Sequence[np.ndarray], n: int = 120) -> list[float]:
     """Candidate thresholds from the score distribution, most conservative first."""
+    return sorted({float(q) for q in np.quantile(finite_scores(scores), np.linspace(0.2, 1.0, n))} | {1.01},
+                  reverse=True)  # fmt: skip
+
+
+def finite_scores(scores: Sequence[np.ndarray]) -> np.ndarray:
+    """All finite scores pooled (the budget exits' ``inf`` left out), at least one value."""
     values = np.concatenate([sc for sc in scores if len(sc)] or [np.zeros(1)])
-    return sorted({float(q) for q in np.quantile(values, np.linspace(0.2, 1.0, n))} | {1.01}, reverse=True)
+    values = values[np.isfinite(values)]
+    return values if len(values) else np.zeros(1)
 
 
 def _calibrated(items, scores, grid, tolerance, delta) -> float:
@@ -149,12 +172,15 @@ def fit_rule(items: Sequence[Stream], tolerance: float, delta: float = DELTA) ->
 
 @dataclass(frozen=True)
 class StreamCV:
-    """Held-out outcome per fold and pooled, for the learned rule and the k-agree baseline."""
+    """Held-out outcome per fold and pooled: the learned rule, the k-agree baseline, and
+    k-agree with the learned rule's exit at the budget (context: what the score adds)."""
 
     folds: list[str]
     learned: list[Outcome]
     kagree: list[Outcome]
     kagree_chosen: list[int]
+    kagree_budget: list[Outcome]
+    kagree_budget_chosen: list[int]
 
     @staticmethod
     def _pool(outs: list[Outcome]) -> Outcome:
@@ -170,6 +196,10 @@ class StreamCV:
     @property
     def pooled_kagree(self) -> Outcome:
         return self._pool(self.kagree)
+
+    @property
+    def pooled_kagree_budget(self) -> Outcome:
+        return self._pool(self.kagree_budget)
 
 
 def cross_validate_streams(
@@ -189,9 +219,9 @@ def cross_validate_streams(
     if len(groups) < 2:
         raise InvalidArgumentError(f"need at least 2 groups to cross-validate, got {sorted(groups)}")
     names = sorted(groups)
-    out = {tol: StreamCV(names, [], [], []) for tol in tolerances}
-    ks_grid = [float(k) for k in range(200, 0, -1)]
+    out = {tol: StreamCV(names, [], [], [], [], []) for tol in tolerances}
     runs = {id(s): agree_runs(s) for s in items}
+    ended = {id(s): budget_exit(runs[id(s)], s) for s in items}
     for name in names:
         train = [s for g in names if g != name for s in groups[g]]
         test = groups[name]
@@ -202,10 +232,19 @@ def cross_validate_streams(
         for tol, cv in out.items():
             th = min(1.0, _calibrated(train, train_scores, grid, tol, delta))
             cv.learned.append(sweep(test, test_scores, [th])[0][1])
-            k = _calibrated(train, [runs[id(s)] for s in train], ks_grid, tol, delta)
-            cv.kagree_chosen.append(int(k))
-            cv.kagree.append(sweep(test, [runs[id(s)] for s in test], [k])[0][1])
+            for score, outs, chosen in ((runs, cv.kagree, cv.kagree_chosen),
+                                        (ended, cv.kagree_budget, cv.kagree_budget_chosen)):  # fmt: skip
+                k, outcome = _held_out_k(train, test, score, tol, delta)
+                chosen.append(k)
+                outs.append(outcome)
     return out
+
+
+def _held_out_k(train, test, score: dict, tolerance: float, delta: float) -> tuple[int, Outcome]:
+    """``k`` of the k-agree score ``score[id(stream)]`` chosen on ``train``; its outcome on ``test``."""
+    ks = [float(k) for k in range(200, 0, -1)]
+    k = _calibrated(train, [score[id(s)] for s in train], ks, tolerance, delta)
+    return int(k), sweep(test, [score[id(s)] for s in test], [k])[0][1]
 
 
 def held_out_scores(items: Sequence[Stream], key: Callable[[Stream], str]) -> list[np.ndarray]:
