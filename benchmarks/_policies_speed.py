@@ -7,11 +7,12 @@
   (the machine is shared: the ratio is the steadier figure). ``shuffled=True`` adds the
   10,000 view with its waiting queue in random order (hosts queue by arrival, so the
   sorted queue is the common case; a shuffled one costs the sorts their full n log n).
-* ``sim_speed``: the PASCAL setting (8 instances, the medium rate) simulated exactly
-  (``decode_steps_per_event=1``) and with the benchmark's coarse steps, on the same
-  workload: simulated requests per minute of wall time and of process CPU time (the
-  machine is shared: CPU time is the steadier figure), and how far the coarse run's
-  headline metrics move from the exact run's.
+* ``sim_speed``: the PASCAL setting (8 instances, the medium rate) on one workload,
+  stepped (one policy decision per engine step), exact (the default: the steps a policy
+  declares decision-free run as one event, same results) and with the benchmark's
+  coarse steps: simulated requests per minute of wall time and of process CPU time (the
+  machine is shared: CPU time is the steadier figure), whether exact reproduced stepped
+  bit for bit, and how far the coarse run's headline metrics move from the exact run's.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from reasonserve.policies.dynasor import DynasorPolicy
 from reasonserve.policies.flashtts import PrefixAwarePolicy
 from reasonserve.policies.lpm import LPMPolicy
 from reasonserve.policies.pascal import PascalPolicy
-from reasonserve.sim import simulate, summarize
+from reasonserve.sim import load_lengths, poisson_workload, simulate, summarize
 
 __all__ = ["big_view", "decide_speed", "sim_speed"]
 
@@ -86,28 +87,57 @@ def decide_speed(sizes: tuple[int, ...] = (1_000, 10_000, 100_000), shuffled: bo
     return out
 
 
-def _timed(reqs, config, factory, router) -> tuple[dict, float, float]:
+def _timed(reqs, config, factory, router) -> tuple[object, float, float]:
     wall, cpu = time.perf_counter(), time.process_time()
-    summary = summarize(simulate(reqs, config, factory, router))
-    return summary, time.perf_counter() - wall, time.process_time() - cpu
+    result = simulate(reqs, config, factory, router)
+    return result, time.perf_counter() - wall, time.process_time() - cpu
 
 
-def sim_speed(reqs, config, factory, router) -> dict:
-    """Exact vs coarse steps on ``reqs`` (``config`` is the coarse one)."""
-    exact_cfg = dataclasses.replace(config, decode_steps_per_event=1)
-    out = {}
-    for label, cfg in (("exact", exact_cfg), ("coarse", config)):
-        s, wall, cpu = _timed(reqs, cfg, factory, router)
-        out[label] = {"decode_steps_per_event": cfg.decode_steps_per_event, "wall_s": wall, "cpu_s": cpu,
-                      "requests_per_wall_minute": len(reqs) / wall * 60,
-                      "requests_per_cpu_minute": len(reqs) / cpu * 60, "p99_ttft_s": s["ttft_s"]["p99"],
-                      "slo_violation_rate": s["slo_violation_rate"],
-                      "ttfat_attainment": s["ttfat_attainment"],
-                      "throughput_tokens_s": s["throughput_tokens_s"], "steps": s["steps"]}  # fmt: skip
-        print(f"sim {label} (k={cfg.decode_steps_per_event}): {len(reqs)} requests, wall {wall:.1f} s "
-              f"({out[label]['requests_per_wall_minute']:.0f}/min), CPU {cpu:.1f} s "
-              f"({out[label]['requests_per_cpu_minute']:.0f}/min)", flush=True)  # fmt: skip
-    e, c = out["exact"], out["coarse"]
+def _outcome(result) -> tuple:
+    """Everything a run produces: each request's timeline and counters, placements,
+    migrations, steps, end time."""
+    seqs = [dataclasses.astuple(s) for s in result.sequences]
+    return seqs, result.end_s, result.steps, result.placements, result.migrations
+
+
+def _row(reqs, cfg, runs: list[tuple[float, float]], summary: dict) -> dict:
+    wall, cpu = (statistics.median(x) for x in zip(*runs, strict=True))
+    n = len(reqs)
+    return {"decode_steps_per_event": cfg.decode_steps_per_event, "skip_quiet_steps": cfg.skip_quiet_steps,
+            "runs": len(runs), "wall_s": wall, "cpu_s": cpu, "requests_per_wall_minute": n / wall * 60,
+            "requests_per_cpu_minute": n / cpu * 60, "p99_ttft_s": summary["ttft_s"]["p99"],
+            "slo_violation_rate": summary["slo_violation_rate"],
+            "ttfat_attainment": summary["ttfat_attainment"],
+            "throughput_tokens_s": summary["throughput_tokens_s"], "steps": summary["steps"]}  # fmt: skip
+
+
+def sim_speed(reqs, config, factory, router, repeats: int = 3) -> dict:
+    """Stepped (one decision per engine step), exact (quiet stretches skipped, the
+    default) and coarse steps on ``reqs`` (``config`` is the coarse one). Stepped and
+    exact alternate ``repeats`` times (medians); coarse runs once. Records whether exact
+    reproduced stepped to the last bit."""
+    one = dataclasses.replace(config, decode_steps_per_event=1)
+    modes = {"stepped": dataclasses.replace(one, skip_quiet_steps=False),
+             "exact": dataclasses.replace(one, skip_quiet_steps=True)}  # fmt: skip
+    runs: dict[str, list] = {m: [] for m in modes}
+    results = {}
+    for _ in range(repeats):
+        for label, cfg in modes.items():
+            results[label], wall, cpu = _timed(reqs, cfg, factory, router)
+            runs[label].append((wall, cpu))
+    coarse, wall, cpu = _timed(reqs, config, factory, router)
+    runs["coarse"], results["coarse"], modes["coarse"] = [(wall, cpu)], coarse, config
+    out = {label: _row(reqs, modes[label], runs[label], summarize(results[label])) for label in modes}
+    for label, row in out.items():
+        print(f"sim {label} (k={row['decode_steps_per_event']}): {len(reqs)} requests, median of "
+              f"{row['runs']}: wall {row['wall_s']:.1f} s ({row['requests_per_wall_minute']:.0f}/min), "
+              f"CPU {row['cpu_s']:.1f} s ({row['requests_per_cpu_minute']:.0f}/min)", flush=True)  # fmt: skip
+    e, c, s = out["exact"], out["coarse"], out["stepped"]
+    out["exact_identical_to_stepped"] = _outcome(results["exact"]) == _outcome(results["stepped"])
+    speedup = {"cpu_speedup": s["cpu_s"] / e["cpu_s"], "wall_speedup": s["wall_s"] / e["wall_s"]}
+    out["exact_vs_stepped"] = speedup
+    print(f"sim exact vs stepped: identical {out['exact_identical_to_stepped']}, CPU x"
+          f"{speedup['cpu_speedup']:.1f}, wall x{speedup['wall_speedup']:.1f}", flush=True)  # fmt: skip
     out["coarse_vs_exact"] = {
         "p99_ttft_change": c["p99_ttft_s"] / e["p99_ttft_s"] - 1,
         "slo_violation_rate_diff": c["slo_violation_rate"] - e["slo_violation_rate"],
@@ -115,3 +145,28 @@ def sim_speed(reqs, config, factory, router) -> dict:
         "throughput_change": c["throughput_tokens_s"] / e["throughput_tokens_s"] - 1,
     }
     return out
+
+
+def main() -> None:
+    """``python benchmarks/_policies_speed.py [--requests N] [--repeats R]``: ``sim_speed``
+    alone, on the workload ``benchmarks/policies.py`` uses (PASCAL, medium rate)."""
+    import argparse
+    import pathlib
+
+    import policies
+
+    parser = argparse.ArgumentParser(description="simulator throughput (sim_speed) alone")
+    parser.add_argument("--requests", type=int, default=2000)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--data", type=pathlib.Path, default=policies.ROOT.parent / "shared" / "data")
+    args = parser.parse_args()
+    table = load_lengths("servegen", args.data, seed=0)
+    rate = policies.RATE_FRACTIONS["medium"] * policies._capacity_rps(table, policies.CONFIG)
+    reqs = poisson_workload(table, rate, args.requests, seed=0)
+    coarse = dataclasses.replace(policies.CONFIG, decode_steps_per_event=policies.COARSE_STEPS)
+    print(f"cpu: {_harness.machine('cpu')['cpu']}", flush=True)
+    sim_speed(reqs, coarse, *policies.SETUPS["pascal"], repeats=args.repeats)
+
+
+if __name__ == "__main__":
+    main()

@@ -5,10 +5,9 @@ so the same policy objects run on both."""
 
 from __future__ import annotations
 
-from bisect import bisect_right
-
 from reasonserve.core.errors import PolicyError
-from reasonserve.core.policy import check_policy, policy_name, quiet_steps
+from reasonserve.core.phase import Phase
+from reasonserve.core.policy import check_policy, policy_name
 from reasonserve.core.views import RequestView, SchedulerView
 from reasonserve.policies.pacer import TokenPacer
 from reasonserve.policies.router import InstanceLoad
@@ -16,7 +15,7 @@ from reasonserve.sim.config import SimConfig
 from reasonserve.sim.cost_model import RooflineCostModel
 from reasonserve.sim.plan import SimPlan, check_plan
 from reasonserve.sim.profile import ProfileCostModel
-from reasonserve.sim.quiet import QuietRun
+from reasonserve.sim.quiet import QuietRun, start_quiet
 from reasonserve.sim.run import StepRun
 from reasonserve.sim.sequence import SimSequence
 from reasonserve.sim.workload import SimRequest
@@ -39,6 +38,7 @@ class SimInstance:
         self.transitions: list[SimSequence] = []  # reached end of thinking this step (still running)
         self.run: StepRun | QuietRun | None = None  # the run in progress (applied as time passes)
         self.steps = 0
+        self._waiting_views: dict[str, RequestView] = {}  # by request id, while it waits
 
     def blocks_for(self, tokens: int) -> int:
         return -(-tokens // self.config.block_size)
@@ -54,20 +54,34 @@ class SimInstance:
 
     # views -----------------------------------------------------------------------------
     def request_view(self, s: SimSequence) -> RequestView:
-        running = s.status == "running"
-        need = self.blocks_for(s.num_tokens) - s.num_blocks if running else self.admission_blocks(s)
-        r = s.req
-        quantum = s.quantum_used if running else 0
-        return RequestView(r.request_id, r.arrival_s, s.phase, r.prompt_tokens, s.num_computed, s.num_output,
-                           0, s.num_blocks, max(0, need), s.enqueued_s, quantum, r.output_tokens,
-                           r.program_id, r.prefix_hashes, False, s.swapped)  # fmt: skip
+        """``s`` (waiting or running) as the policy sees it."""
+        r, out, size = s.req, s.num_output, self.config.block_size
+        if out == 0:
+            phase = Phase.PREFILL
+        else:
+            phase = Phase.REASONING if out < r.reasoning_tokens else Phase.ANSWERING
+        if s.status == "running":
+            need, quantum = -(-(r.prompt_tokens + out) // size) - s.num_blocks, s.quantum_used
+        else:
+            need, quantum = -(-(s.num_computed if s.swapped else r.prompt_tokens + out) // size), 0
+        return RequestView(r.request_id, r.arrival_s, phase, r.prompt_tokens, s.num_computed, out, 0,
+                           s.num_blocks, max(0, need), s.enqueued_s, quantum,
+                           r.reasoning_tokens + r.answer_tokens, r.program_id, r.prefix_hashes, False,
+                           s.swapped)  # fmt: skip
+
+    def _waiting_view(self, s: SimSequence) -> RequestView:
+        """A waiting request's view, built once per stay in the queue (it does not change there)."""
+        view = self._waiting_views.get(s.request_id)
+        if view is None:
+            view = self._waiting_views[s.request_id] = self.request_view(s)
+        return view
 
     def admission_blocks(self, s: SimSequence) -> int:
         return self.blocks_for(s.num_computed if s.swapped else s.num_tokens)
 
     def view(self, now_s: float) -> SchedulerView:
         c = self.config
-        return SchedulerView(now_s, tuple(map(self.request_view, self.waiting)),
+        return SchedulerView(now_s, tuple(map(self._waiting_view, self.waiting)),
                              tuple(map(self.request_view, self.running)), self.free_blocks, c.block_size,
                              c.max_num_seqs, self.total_blocks, c.max_num_batched_tokens, self.steps,
                              instance_id=self.instance_id)  # fmt: skip
@@ -98,7 +112,7 @@ class SimInstance:
         thinking happen now; the latter wait in :attr:`transitions`)."""
         run = self.run
         if isinstance(run, QuietRun):
-            self._catch_up(run, len(run.times))
+            run.catch_up(self, len(run.times))
         elif run is not None:
             self.advance(now_s, last=True)
         self.run = None
@@ -112,7 +126,7 @@ class SimInstance:
         extra_s = self._apply(plan, now_s)
         self.steps += 1
         work = self._hand_out(plan)
-        quiet = self._start_quiet(view, work, now_s) if work and plan.empty else None
+        quiet = start_quiet(self, view, work, now_s) if work and plan.empty else None
         if quiet is not None:
             self.run = quiet
             self.steps += len(quiet.times) - 1
@@ -127,69 +141,12 @@ class SimInstance:
         duration = self.run.end_s - now_s
         return now_s + duration if duration > 0 else None
 
-    # quiet stretches (reasonserve.sim.quiet) ----------------------------------------------
-    def _start_quiet(
-        self, view: SchedulerView, work: list[tuple[SimSequence, int]], now_s: float
-    ) -> QuietRun | None:
-        """The steps from ``now_s`` on that need no decision, as one run, or None when
-        there are fewer than two (or quiet stretches are off)."""
-        c = self.config
-        if not c.skip_quiet_steps or c.decode_steps_per_event > 1 or len(work) != len(self.running):
-            return None
-        if any(s.num_tokens - s.num_computed != 1 for s, _ in work):  # decodes only
-            return None
-        limit = min(quiet_steps(self.policy, view), min(s.tokens_to_event() for s, _ in work))
-        if limit > 1:
-            limit = self._fitting_iterations(work, limit)
-        if limit < 2:
-            return None
-        run = QuietRun(work, now_s, self._decode_durations(work, limit))
-        past = bisect_right(run.times, c.max_sim_s)  # a step past max_sim_s is a real event (it raises)
-        if past < limit - 1:
-            run.shorten(past + 1)
-        return run
-
-    def _fitting_iterations(self, work: list[tuple[SimSequence, int]], limit: int) -> int:
-        """The most iterations, up to ``limit``, whose hand-outs all fit the free blocks (the
-        first one's already did): stepping would ask the policy at a step where they do not."""
-        size, free = self.config.block_size, self.free_blocks
-
-        def extra(j: int) -> int:  # blocks iterations 1..j take beyond those held now
-            return sum(max(0, -(-(s.num_computed + j + 1) // size) - s.num_blocks) for s, _ in work)
-
-        if extra(limit - 1) <= free:
-            return limit
-        lo, hi = 0, limit - 1  # extra(lo) fits, extra(hi) does not
-        while hi - lo > 1:
-            mid = (lo + hi) // 2
-            lo, hi = (mid, hi) if extra(mid) <= free else (lo, mid)
-        return lo + 1
-
-    def _decode_durations(self, work: list[tuple[SimSequence, int]], iterations: int) -> list[float]:
-        batch, context = len(work), sum(s.num_computed for s, _ in work)
-        if self.cost.decode_iterations_exact(batch, context, iterations):
-            return self.cost.decode_iterations_s(batch, context, iterations)
-        return [self.cost.step_s([(1, s.num_computed + i) for s, _ in work]) for i in range(iterations)]
-
-    def _catch_up(self, run: QuietRun, upto: int) -> None:
-        """Apply iterations ``run.applied`` .. ``upto - 1`` with the blocks their hand-outs
-        took; the next one, if any, is in progress and holds the blocks its tokens need."""
-        if upto <= run.applied:
-            return
-        self._complete(run, upto)
-        ahead = 1 if upto < len(run.times) else 0
-        for s, _ in run.work:
-            grow = self.blocks_for(s.num_computed + ahead) - s.num_blocks
-            if s.status == "running" and grow > 0:
-                self.free_blocks -= grow
-                s.num_blocks += grow
-
     def settle(self, now_s: float, inclusive: bool = False) -> None:
         """Bring the run in progress up to an observation at ``now_s`` (``inclusive``: a
         quiet stretch's step ending at ``now_s`` has run, see :mod:`reasonserve.sim.quiet`)."""
         run = self.run
         if isinstance(run, QuietRun):
-            self._catch_up(run, run.processed(now_s, inclusive))
+            run.catch_up(self, run.processed(now_s, inclusive))
         else:
             self.advance(now_s)
 
@@ -200,7 +157,7 @@ class SimInstance:
         if not isinstance(run, QuietRun):
             return None
         upto = run.processed(now_s, inclusive)
-        self._catch_up(run, upto)
+        run.catch_up(self, upto)
         if upto + 1 >= len(run.times):
             return None
         self.steps -= run.shorten(upto + 1)
@@ -244,7 +201,7 @@ class SimInstance:
         if isinstance(run, QuietRun):  # as stepping's cut: the iteration in progress applies now
             upto = run.processed(now_s, inclusive) + 1
             self.steps -= run.shorten(upto)
-            self._catch_up(run, upto)
+            run.catch_up(self, upto)
             return run.ends[-1]
         upto = run.in_progress(now_s)
         if upto > run.applied:
@@ -277,6 +234,7 @@ class SimInstance:
         self.free_blocks -= blocks
         s.num_blocks, s.quantum_used, s.status = blocks, 0, "running"
         self.waiting.remove(s)
+        del self._waiting_views[s.request_id]
         self.running.append(s)
         return cost
 
@@ -296,23 +254,31 @@ class SimInstance:
         return cost
 
     def _hand_out(self, plan: SimPlan) -> list[tuple[SimSequence, int]]:
-        first = [self.by_id[rid] for rid in plan.order if self.by_id[rid].status == "running"]
-        named = set(plan.order)
-        rest = [s for s in self.running if s.request_id not in named]
-        rest.sort(key=lambda s: s.num_tokens - s.num_computed > 1)  # decodes first (stable)
+        """Tokens for this step: the ordered requests first, then decodes, then prefills
+        (each in queue order), while the batch's token budget and the free blocks last."""
+        first, rest = [], self.running
+        if plan.order:
+            first = [self.by_id[rid] for rid in plan.order if self.by_id[rid].status == "running"]
+            named = set(plan.order)
+            rest = [s for s in self.running if s.request_id not in named]
+        tail = [(s, s.req.prompt_tokens + s.num_output - s.num_computed) for s in rest]
+        queue = [(s, s.req.prompt_tokens + s.num_output - s.num_computed) for s in first]
+        queue += [x for x in tail if x[1] <= 1] + [x for x in tail if x[1] > 1]
+        size, free, budgets = self.config.block_size, self.free_blocks, plan.budgets
         budget, out = self.config.max_num_batched_tokens, []
-        for s in first + rest:
-            n = min(s.num_tokens - s.num_computed, budget, plan.budgets.get(s.request_id, budget))
+        for s, left in queue:
+            n = min(left, budget, budgets.get(s.request_id, budget)) if budgets else min(left, budget)
             if n < 1:
                 continue
-            grow = self.blocks_for(s.num_computed + n) - s.num_blocks
-            if grow > self.free_blocks:
+            grow = -(-(s.num_computed + n) // size) - s.num_blocks
+            if grow > free:
                 continue
             if grow > 0:
-                self.free_blocks -= grow
+                free -= grow
                 s.num_blocks += grow
             out.append((s, n))
             budget -= n
+        self.free_blocks = free
         return out
 
     def _complete(self, run: StepRun | QuietRun, upto: int) -> None:
@@ -373,6 +339,7 @@ class SimInstance:
             if s.swapped:
                 self.host_blocks -= self.blocks_for(s.num_computed)
             self.waiting.remove(s)
+            self._waiting_views.pop(s.request_id, None)
         s.num_blocks, s.status, s.finish_reason, s.finished_s = 0, "finished", reason, now_s
         del self.by_id[s.request_id]
         self.finished.append(s)

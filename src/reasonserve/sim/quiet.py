@@ -20,10 +20,70 @@ Times replicate stepping's float arithmetic: an iteration that starts at ``s`` a
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
+from typing import TYPE_CHECKING
 
+import numpy as np
+
+from reasonserve.core.policy import quiet_steps
+from reasonserve.core.views import SchedulerView
 from reasonserve.sim.sequence import SimSequence
 
-__all__ = ["QuietRun"]
+if TYPE_CHECKING:
+    from reasonserve.sim.instance import SimInstance
+
+__all__ = ["QuietRun", "start_quiet"]
+
+Work = list[tuple[SimSequence, int]]
+
+
+def start_quiet(inst: SimInstance, view: SchedulerView, work: Work, now_s: float) -> QuietRun | None:
+    """The steps from ``now_s`` on that need no decision, as one run, or None when there
+    are fewer than two (or quiet stretches are off). Called after a step whose decision
+    was empty handed out ``work``."""
+    c = inst.config
+    if not c.skip_quiet_steps or c.decode_steps_per_event > 1 or len(work) != len(inst.running):
+        return None
+    left = [s.req.prompt_tokens + s.num_output - s.num_computed for s, _ in work]
+    if left.count(1) != len(left):  # decodes only (or one-token prefill tails)
+        return None
+    to_event = min(map(SimSequence.tokens_to_event, inst.running))  # a finish or an end of thinking
+    limit = min(quiet_steps(inst.policy, view), to_event)
+    if limit > 1:
+        limit = _fitting_iterations(work, limit, c.block_size, inst.free_blocks)
+    if limit < 2:
+        return None
+    run = QuietRun(work, now_s, _decode_durations(inst, work, limit))
+    past = bisect_right(run.times, c.max_sim_s)  # a step past max_sim_s is a real event (it raises)
+    if past < limit - 1:
+        run.shorten(past + 1)
+    return run
+
+
+def _fitting_iterations(work: Work, limit: int, size: int, free: int) -> int:
+    """The most iterations, up to ``limit``, whose hand-outs all fit the free blocks (the
+    first one's already did): stepping would ask the policy at a step where they do not.
+    With room for a block per request, as many as surely fit (a stretch may end early:
+    the policy is then asked at a step, as stepping would)."""
+    if free >= len(work):  # in j more iterations a request takes at most ceil(j / size) blocks
+        return min(limit, free // len(work) * size + 1)
+
+    def extra(j: int) -> int:  # blocks iterations 1..j take beyond those held now
+        return sum(max(0, -(-(s.num_computed + j + 1) // size) - s.num_blocks) for s, _ in work)
+
+    if extra(limit - 1) <= free:
+        return limit
+    lo, hi = 0, limit - 1  # extra(lo) fits, extra(hi) does not
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if extra(mid) <= free else (lo, mid)
+    return lo + 1
+
+
+def _decode_durations(inst: SimInstance, work: Work, iterations: int) -> list[float]:
+    batch, context, cost = len(work), sum([s.num_computed for s, _ in work]), inst.cost
+    if cost.decode_iterations_exact(batch, context, iterations):
+        return cost.decode_iterations_s(batch, context, iterations)
+    return [cost.step_s([(1, s.num_computed + i) for s, _ in work]) for i in range(iterations)]
 
 
 class QuietRun:
@@ -32,10 +92,14 @@ class QuietRun:
 
     __slots__ = ("applied", "ends", "times", "work")
 
-    def __init__(self, work: list[tuple[SimSequence, int]], start_s: float, durations: list[float]) -> None:
+    def __init__(self, work: Work, start_s: float, durations: list[float]) -> None:
         self.work, self.applied = work, 0
-        self.ends: list[float] = []
-        self.times: list[float] = []
+        ends = np.cumsum(np.concatenate(([start_s], durations)))  # a left fold, as stepping adds
+        starts = ends[:-1]
+        if np.array_equal(starts + (ends[1:] - starts), ends[1:]):  # each step event at its stamp
+            self.ends = self.times = ends[1:].tolist()
+            return
+        self.ends, self.times = [], []
         now = start_s
         for d in durations:
             end = now + d
@@ -56,5 +120,44 @@ class QuietRun:
     def shorten(self, iterations: int) -> int:
         """Keep the first ``iterations``; returns how many were dropped."""
         dropped = len(self.times) - iterations
-        del self.ends[iterations:], self.times[iterations:]
+        del self.ends[iterations:]
+        if self.times is not self.ends:
+            del self.times[iterations:]
         return dropped
+
+    def catch_up(self, inst: SimInstance, upto: int) -> None:
+        """Apply iterations ``applied`` .. ``upto - 1`` to ``inst`` with the blocks their
+        hand-outs took; the next one, if any, is in progress and holds the blocks its token
+        needs. What :meth:`SimInstance._complete` does, for one decode token per iteration."""
+        lo, n = self.applied, upto - self.applied
+        if n <= 0:
+            return
+        self.applied, ends = upto, self.ends
+        ahead, size, free = (1 if upto < len(ends) else 0), inst.config.block_size, inst.free_blocks
+        stamps = ends[lo:upto]
+        for s, _ in self.work:
+            if s.status != "running":
+                continue
+            req, before = s.req, s.num_output
+            r, out = req.reasoning_tokens, before + n
+            s.num_output, s.num_computed, s.quantum_used = out, s.num_computed + n, s.quantum_used + n
+            if before >= r:  # answering all along
+                s.answer_times += stamps
+            elif out >= r:  # reached its end of thinking, in the last iteration
+                s.end_of_thinking_s = ends[lo + r - before - 1]
+                if out > r:
+                    s.answer_times.extend(ends[lo + r - before : upto])
+            if before == 0:
+                s.first_token_s = ends[lo]
+            if out >= r + req.answer_tokens:
+                inst.free_blocks = free
+                inst._finish(s, "length", ends[upto - 1])
+                free = inst.free_blocks
+                continue
+            if out == r:
+                inst.transitions.append(s)
+            grow = -(-(s.num_computed + ahead) // size) - s.num_blocks
+            if grow > 0:
+                free -= grow
+                s.num_blocks += grow
+        inst.free_blocks = free
