@@ -61,7 +61,9 @@ from reasonserve.sim.beam_search import (
     one_at_a_time_requests,
     simulate_beam_search,
 )
-from reasonserve.sim.beam_workload import ONE_AT_A_TIME_GAP_S
+from reasonserve.sim.beam_spec import copy_index
+from reasonserve.sim.beam_tree import SearchTree
+from reasonserve.sim.beam_workload import ONE_AT_A_TIME_GAP_S, BeamRequest
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 CONFIGS = {
@@ -122,6 +124,35 @@ def _cell(pool, setting_name: str, width: int, num_requests: int, seed: int) -> 
           + f"  same selections: {same}", flush=True)  # fmt: skip
     return {"setting": setting_name, "width": width, "requests": num_requests,
             "runs": runs, "ratios": ratios, "selections_identical": same}  # fmt: skip
+
+
+def critical_path(pool, width: int, problems: int) -> dict:
+    """Decode steps on the critical path of ``problems`` searches (policy-free: the search
+    tree only): the baseline (every iteration waits for its longest step), ideal speculation
+    (each child's step starts when its parent's ended and keeps every token: the next
+    iteration waits only for the longest remainder) and balanced batches (no straggler at
+    all: the iteration's tokens spread over min(n, 256) seats). Bounds, not simulations."""
+    base = spec = balanced = fresh = later = 0
+    for q in range(problems):
+        req = BeamRequest(f"q{q}", 0.0, pool.prompt_tokens[q], 10_000 + q)
+        tree, prev = SearchTree(req, pool, BeamSearchSpec(width=width, branching=4)), None
+        while tree.active:
+            steps = {b.beam_id: b.step_tokens for b in tree.active}
+            longest = max(steps.values())
+            base += longest
+            balanced += sum(steps.values()) / min(width, 256)
+            if prev is None:
+                spec += longest
+            else:
+                rest = [max(1, b.step_tokens - (prev[0] - prev[1][b.path[-1]])) for b in tree.active]
+                worst = max(range(len(rest)), key=rest.__getitem__)
+                spec += rest[worst]
+                fresh += copy_index(tree.active[worst].beam_id) > 0
+                later += 1
+            prev = (longest, steps)
+            tree.select()
+    return {"baseline": base, "ideal_speculation": spec, "balanced": round(balanced),
+            "straggler_is_a_copy": fresh / max(1, later)}  # fmt: skip
 
 
 def _big_view(n: int) -> SchedulerView:
@@ -272,7 +303,17 @@ def main() -> None:
     parser.add_argument("--setting", choices=FULL["settings"],
                         help="run only this setting's cells (to run settings side by side), see --merge")
     parser.add_argument("--merge", action="store_true", help="join the --setting results into one")
+    parser.add_argument("--critical-path", type=int, metavar="PROBLEMS",
+                        help="print the straggler bounds of critical_path() over this many problems")
     args = parser.parse_args()
+    if args.critical_path:
+        for width in FULL["widths"]:
+            c = critical_path(_pool(args.data)[1], width, args.critical_path)
+            print(f"n={width}: critical-path decode steps baseline {c['baseline']}, ideal speculation "
+                  f"{c['ideal_speculation']} (x{c['baseline'] / c['ideal_speculation']:.2f}), balanced "
+                  f"{c['balanced']} (x{c['baseline'] / c['balanced']:.2f}); the next straggler is a copy "
+                  f"k >= 1 in {c['straggler_is_a_copy']:.0%} of iterations")  # fmt: skip
+        return
     out = RESULTS / ("flashtts_quick.json" if args.quick else "flashtts.json")
     if args.setting or args.merge:
         _parts(args, out)
