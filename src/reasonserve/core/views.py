@@ -5,7 +5,9 @@ what the policy families need: arrival and last-enqueue times, phase, token coun
 blocks held and the blocks it needs to run its pending tokens this step, the program
 it belongs to (reasoning programs: self-consistency samples, beams), prefix hashes
 (one per full prompt block, chained), the tokens computed since it was last admitted
-(its quantum used), priority and whether it is deterministic. Views are immutable;
+(its quantum used), priority and whether it is deterministic; a host that
+counts answer tokens and paces them (PASCAL's token pacer) also says how many and
+when the user will have read them. Views are immutable;
 policies must not keep references that outlive ``decide``.
 """
 
@@ -39,6 +41,8 @@ class RequestView(NamedTuple):
     prefix_hashes: tuple[int, ...] = ()
     deterministic: bool = False
     swapped: bool = False  # preempted with its KV kept in host memory
+    num_answer_tokens: int | None = None  # output tokens after its end of thinking (None: not counted)
+    paced_until_s: float | None = None  # when a token pacer has released its answer tokens so far
 
     @property
     def num_tokens(self) -> int:

@@ -5,6 +5,9 @@ tokens generated in a burst wait in a buffer, so a request that is paused (preem
 still looks smooth while its buffer lasts. QoE compares the user's digested-token curve
 with the expected one (a token every ``tpot_s`` from the first answer token, PASCAL's
 TPOT-only variant): the ratio of the areas under the two curves, in (0, 1].
+:meth:`TokenPacer.released_until` is the pacer's state a scheduler reads (when the user
+will have read what was generated); :meth:`TokenPacer.starving` is PASCAL's per-request
+SLO check for Algorithm 1's ``t_i``.
 """
 
 from __future__ import annotations
@@ -34,13 +37,30 @@ class TokenPacer:
             out.append(last)
         return out
 
+    def released_until(self, generated_s: Sequence[float], since: float | None = None) -> float | None:
+        """When the user has read the last of ``generated_s`` (the last digest time), or
+        None for no tokens. ``since``: the digest time of the tokens before these, so a
+        host can carry it forward as tokens arrive instead of re-reading them all."""
+        last = since
+        for g in generated_s:
+            last = g if last is None else max(g, last + self.tpot_s)
+        return last
+
+    def starving(self, released_until_s: float, now_s: float) -> bool:
+        """The pacer's buffer ran dry: the user has read every token generated so far and
+        the next one is overdue by the pace (PASCAL Algorithm 1's "insufficient remaining
+        tokens"; the user's timeline stays shifted by earlier stalls, so a request that
+        stalled once is fine again once it runs ahead of the reader)."""
+        return now_s >= released_until_s + self.tpot_s
+
     def buffered(self, generated_s: Sequence[float], now_s: float) -> int:
         """Tokens generated but not yet read at ``now_s`` (0: the user is starving or caught up)."""
         return sum(1 for g, d in zip(generated_s, self.digested(generated_s), strict=True) if g <= now_s < d)
 
     def behind(self, first_s: float, num_generated: int, now_s: float) -> bool:
-        """True when generation lags the expected pace: fewer tokens than one per ``tpot_s``
-        since the first answer token (the pacer's buffer has run dry)."""
+        """True when generation lags the expected curve: fewer tokens than one per ``tpot_s``
+        since the first answer token (stays True after any stall; :meth:`starving` reads
+        the pacer's buffer instead)."""
         expected = 1 + int((now_s - first_s) / self.tpot_s)
         return num_generated < expected
 

@@ -4,15 +4,26 @@ Algorithm for Serving Reasoning-based LLMs", §IV-C).
 Two queues: the high-priority queue holds requests in the reasoning phase (prefill
 included), the low-priority queue holds answering requests. KV blocks go to the high
 queue first; answering requests use what is left and are preempted first when memory
-runs out ("controlled preemption", swap by default, as the paper offloads to CPU).
-Inside each queue requests are served round-robin with a token ``quantum``: a request
-that has computed ``quantum`` tokens since its admission ranks behind waiting requests
-of its queue. A reasoning request whose sequence exceeds ``demote_threshold_tokens``
-(prompt + generated tokens; the paper uses 5000) is demoted to the low queue.
+runs out (swap by default, as the paper offloads to CPU). Each queue is round-robin
+with its own token ``quantum`` (§V-A: 500 for each queue): a request's quantum counts
+the tokens it computed since it was admitted *and* since it entered its queue, so a
+request that reaches its end of thinking starts the low queue with a fresh quantum. A
+running request that used its quantum ranks behind the waiting requests of its queue.
+A reasoning request whose sequence exceeds ``demote_threshold_tokens`` (prompt +
+generated tokens; the paper uses 5000) is demoted to the low queue.
 
-Pure: the ranking is a function of the view (phase, token counts, quantum used,
-enqueue time, id). The token pacer and QoE live in :mod:`reasonserve.policies.pacer`;
-instance placement (Algorithm 1) in :mod:`reasonserve.policies.router`.
+Controlled preemption with the token pacer (§IV-C): in the low queue, running requests
+within their quantum keep their seats ahead of waiting ones (round-robin turns change
+only when a quantum is used up), and among running ones the request whose user has the
+most paced answer tokens still to read (latest ``paced_until_s``) ranks last, so it is
+the one preempted when reasoning needs the memory; a request whose reader is starving
+or has no answer token yet ranks first. A host without a pacer (``paced_until_s`` None
+everywhere) gets turn order.
+
+Pure: the ranking is a function of the view (phase, token counts, quantum used, answer
+tokens, pacer release time, enqueue time, id). The token pacer and QoE live in
+:mod:`reasonserve.policies.pacer`; instance placement (Algorithms 1 and 2) in
+:mod:`reasonserve.policies.router`.
 """
 
 from __future__ import annotations
@@ -32,6 +43,7 @@ from reasonserve.policies._ranked import decide_segments
 __all__ = ["PascalPolicy"]
 
 HIGH, LOW = 0, 1
+_NO_PACE = float("-inf")  # no answer token yet, or no pacer: ranks first in its group
 
 
 def _check_int(name: str, value: object, low: int) -> None:
@@ -58,26 +70,42 @@ class PascalPolicy:
             return LOW
         return LOW if r.num_tokens > self.demote_threshold_tokens else HIGH
 
+    def quantum_used(self, r: RequestView) -> int:
+        """Tokens ``r`` computed since it was admitted and since it entered its queue (its
+        answer tokens, or the tokens past the demotion threshold, when fewer)."""
+        used = r.quantum_used
+        if r.phase is Phase.ANSWERING:
+            return used if r.num_answer_tokens is None else min(used, r.num_answer_tokens)
+        over = r.num_tokens - self.demote_threshold_tokens  # > 0: demoted (from the start if its prompt is)
+        return min(used, over) if over > 0 and r.num_prompt_tokens <= self.demote_threshold_tokens else used
+
     def rank_key(self, r: RequestView, running: bool) -> tuple:
-        expired = running and r.quantum_used >= self.quantum
-        return (self.queue(r), expired, r.enqueued_s, r.request_id)
+        queue = self.queue(r)
+        expired = running and self.quantum_used(r) >= self.quantum
+        if queue == HIGH:
+            return (HIGH, int(expired), _NO_PACE, r.enqueued_s, r.request_id)
+        if not running:
+            return (LOW, 1, _NO_PACE, r.enqueued_s, r.request_id)
+        return (LOW, 2 if expired else 0, *_paced(r))
 
     def decide(self, view: SchedulerView) -> Sequence[Decision]:
         by_turn = attrgetter("enqueued_s", "request_id")
         runs: list[tuple[list, list]] = [([], []), ([], [])]  # per queue: (fresh, expired) running
         for r in view.running:
-            runs[self.queue(r)][r.quantum_used >= self.quantum].append(r)
+            runs[self.queue(r)][self.quantum_used(r) >= self.quantum].append(r)
         waiting = ordered(view.waiting, "enqueued_s")  # C-level sort; split lazily below
         limit, answering = self.demote_threshold_tokens, Phase.ANSWERING
 
         def low(r: RequestView) -> bool:  # inlined self.queue(r) == LOW
             return r.phase is answering or r.num_prompt_tokens + r.num_output_tokens > limit
 
-        queued = ((r for r in waiting if not low(r)), (r for r in waiting if low(r)))
+        (fresh_hi, expired_hi), (fresh_lo, expired_lo) = runs
         segments = [
-            (ordered(run, "enqueued_s"), waits, by_turn)
-            for (fresh, expired), waiting_q in zip(runs, queued, strict=True)
-            for run, waits in ((fresh, waiting_q), (expired, ()))
+            (ordered(fresh_hi, "enqueued_s"), (r for r in waiting if not low(r)), by_turn),
+            (ordered(expired_hi, "enqueued_s"), (), by_turn),
+            (sorted(fresh_lo, key=_paced), (), by_turn),  # within their quantum: keep their seats
+            ((), (r for r in waiting if low(r)), by_turn),
+            (sorted(expired_lo, key=_paced), (), by_turn),
         ]
         return decide_segments(view, segments, self.mode)
 
@@ -92,8 +120,16 @@ class PascalPolicy:
         steps = QUIET_FOREVER
         for r in view.running:
             queue = self.queue(r)
-            if queue in waits and r.quantum_used < self.quantum:
-                steps = min(steps, self.quantum - r.quantum_used)
+            used = self.quantum_used(r)
+            if queue in waits and used < self.quantum:
+                steps = min(steps, self.quantum - used)
             if queue == HIGH:
                 steps = min(steps, self.demote_threshold_tokens - r.num_tokens + 1)
         return max(1, steps)
+
+
+def _paced(r: RequestView) -> tuple:
+    """Low-queue order of running requests: the reader that runs dry first goes first."""
+    until = r.paced_until_s
+    paced = until is not None and until == until  # NaN (a broken host value) reads as no pacer
+    return (until if paced else _NO_PACE, r.enqueued_s, r.request_id)

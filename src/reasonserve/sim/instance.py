@@ -39,6 +39,8 @@ class SimInstance:
         self.run: StepRun | QuietRun | None = None  # the run in progress (applied as time passes)
         self.steps = 0
         self._waiting_views: dict[str, RequestView] = {}  # by request id, while it waits
+        self.pacer = TokenPacer(config.tpot_slo_s)  # PASCAL's token pacer over each answer
+        self._paced: dict[str, tuple[int, float | None]] = {}  # id -> (answer tokens read, paced until)
 
     def blocks_for(self, tokens: int) -> int:
         return -(-tokens // self.config.block_size)
@@ -67,7 +69,16 @@ class SimInstance:
         return RequestView(r.request_id, r.arrival_s, phase, r.prompt_tokens, s.num_computed, out, 0,
                            s.num_blocks, max(0, need), s.enqueued_s, quantum,
                            r.reasoning_tokens + r.answer_tokens, r.program_id, r.prefix_hashes, False,
-                           s.swapped)  # fmt: skip
+                           s.swapped, len(s.answer_times), self.paced_until(s))  # fmt: skip
+
+    def paced_until(self, s: SimSequence) -> float | None:
+        """When the pacer has released ``s``'s answer tokens so far (carried forward)."""
+        times = s.answer_times
+        n, until = self._paced.get(s.request_id, (0, None))
+        if len(times) > n:
+            until = self.pacer.released_until(times[n:], until)
+            self._paced[s.request_id] = (len(times), until)
+        return until
 
     def _waiting_view(self, s: SimSequence) -> RequestView:
         """A waiting request's view, built once per stay in the queue (it does not change there)."""
@@ -88,8 +99,9 @@ class SimInstance:
 
     def load(self, now_s: float, pacer: TokenPacer) -> InstanceLoad:
         """PASCAL's instance state (one pass over the live requests): ``t_i`` is False when
-        an answering request's pacer has run dry, ``r_i`` counts prefill/reasoning requests,
-        ``a_i`` answering requests not yet run since (re-)admission."""
+        an answering request's pacer has run dry (:meth:`TokenPacer.starving`), ``r_i``
+        counts prefill/reasoning requests, ``a_i`` answering requests not yet run since
+        (re-)admission."""
         behind, reasoning, fresh = False, 0, 0
         for s in self.running + self.waiting:
             out = s.num_output
@@ -98,9 +110,8 @@ class SimInstance:
                 continue
             if s.status != "running" or s.quantum_used == 0:
                 fresh += 1
-            times = s.answer_times
-            if times and not behind:
-                behind = pacer.behind(times[0], len(times), now_s)
+            if s.answer_times and not behind:
+                behind = pacer.starving(self.paced_until(s), now_s)  # type: ignore[arg-type]
         used = self.total_blocks - self.free_blocks
         return InstanceLoad(
             self.instance_id, used + self.host_blocks, not behind, reasoning, fresh, self.free_blocks
