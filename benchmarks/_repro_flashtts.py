@@ -228,17 +228,27 @@ def run(quick: bool, data_dir: pathlib.Path, seed: int) -> dict:
     return section_of(run_cells(plan["settings"], plan["widths"], data_dir, seed), data_dir)
 
 
+def _ratio(r: dict) -> str:
+    return f"x{r['goodput_ratio']:.2f} ({r['latency_change']:+.0%})"
+
+
 def markdown(section: dict) -> str:
-    lines = ["| setting | n | problems | config | goodput tok/s | x baseline | mean latency s | change | "
-             "recompute tok | spec tok (kept) |", "|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    """One row per cell: the baseline's goodput and latency, then goodput x baseline (latency
+    change) per configuration, the baseline's recomputed / decoded tokens, speculative
+    tokens kept of those generated (all)."""
+    names = [n for n in CONFIGS if n != "baseline"]
+    lines = ["| setting | n | problems | baseline goodput tok/s | baseline latency s | "
+             + " | ".join(names) + " | baseline recompute / decode tok | spec tok kept (all) |",
+             "|---" * (7 + len(names)) + "|"]  # fmt: skip
     for c in section["cells"]:
-        for name, s in c["runs"].items():
-            r = c["ratios"][name]
-            spec = f"{s['spec_tokens']:.0f} ({s['spec_tokens_kept']:.0f})" if "spec_tokens" in s else "-"
-            lines.append(f"| {c['setting']} | {c['width']} | {c['requests']} | {name} | "
-                         f"{s['precise_goodput_tokens_s']:.2f} | {r['goodput_ratio']:.2f} | "
-                         f"{s['mean_latency_s']:.1f} | {r['latency_change']:+.0%} | "
-                         f"{s['recompute_tokens']:.0f} | {spec} |")  # fmt: skip
+        base, every = c["runs"]["baseline"], c["runs"]["all"]
+        cols = [_ratio(c["ratios"][n]) for n in names]
+        kept = every["spec_tokens_kept"] / every["spec_tokens"] if every.get("spec_tokens") else 0.0
+        lines.append(f"| {c['setting']} | {c['width']} | {c['requests']} | "
+                     f"{base['precise_goodput_tokens_s']:.2f} | {base['mean_latency_s']:.1f} | "
+                     + " | ".join(cols) + f" | {base['recompute_tokens']:.0f} / "
+                     f"{base['decode_tokens']:.0f} | {kept:.0%} of {every.get('spec_tokens', 0):.0f} |"
+                     )  # fmt: skip
     h = section["headline"]
     lines += ["", f"All vs baseline: goodput x{h['goodput_ratio_all_mean']:.2f} on average "
               f"(x{h['goodput_ratio_all_range'][0]:.2f}..x{h['goodput_ratio_all_range'][1]:.2f}), latency "
