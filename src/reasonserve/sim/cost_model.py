@@ -19,8 +19,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-import numpy as np
-
 from reasonserve.core.errors import InvalidArgumentError
 from reasonserve.sim.hardware import HardwareSpec
 from reasonserve.sim.model_spec import ModelSpec
@@ -73,10 +71,13 @@ class RooflineCostModel:
         attn = 4 * m.num_layers * m.hidden_size
         peak = self.hardware.peak_flops * self.compute_efficiency
         bandwidth = self.hardware.memory_bandwidth_bytes_s * self.bandwidth_efficiency
-        context = context_sum + batch * np.arange(iterations, dtype=np.int64)  # float64 ops as in Python
-        flops = 2 * m.num_params * batch + attn * (context + batch / 2)
-        bytes_ = m.kv_bytes_per_token * (context + batch) + m.weight_bytes
-        return (np.maximum(flops / peak, bytes_ / bandwidth) + self.step_overhead_s).tolist()
+        out = []
+        for i in range(iterations):
+            context = context_sum + i * batch
+            flops = 2 * m.num_params * batch + attn * (context + batch / 2)
+            bytes_ = m.kv_bytes_per_token * (context + batch) + m.weight_bytes
+            out.append(max(flops / peak, bytes_ / bandwidth) + self.step_overhead_s)
+        return out
 
     def decode_iterations_exact(self, batch: int, context_sum: int, iterations: int) -> bool:
         """True when :meth:`decode_iterations_s` equals :meth:`step_s` step after step bit

@@ -22,8 +22,6 @@ from __future__ import annotations
 from bisect import bisect_left, bisect_right
 from typing import TYPE_CHECKING
 
-import numpy as np
-
 from reasonserve.core.policy import quiet_steps
 from reasonserve.core.views import SchedulerView
 from reasonserve.sim.sequence import SimSequence
@@ -61,18 +59,17 @@ def start_quiet(inst: SimInstance, view: SchedulerView, work: Work, now_s: float
 
 def _fitting_iterations(work: Work, limit: int, size: int, free: int) -> int:
     """The most iterations, up to ``limit``, whose hand-outs all fit the free blocks (the
-    first one's already did): stepping would ask the policy at a step where they do not.
-    With room for a block per request, as many as surely fit (a stretch may end early:
-    the policy is then asked at a step, as stepping would)."""
-    if free >= len(work):  # in j more iterations a request takes at most ceil(j / size) blocks
-        return min(limit, free // len(work) * size + 1)
+    first one's already did): stepping would ask the policy at a step where they do not."""
+    surely = free // len(work) * size  # in j more iterations a request takes <= ceil(j / size) blocks
+    if surely >= limit - 1:
+        return limit
 
     def extra(j: int) -> int:  # blocks iterations 1..j take beyond those held now
         return sum(max(0, -(-(s.num_computed + j + 1) // size) - s.num_blocks) for s, _ in work)
 
     if extra(limit - 1) <= free:
         return limit
-    lo, hi = 0, limit - 1  # extra(lo) fits, extra(hi) does not
+    lo, hi = surely, limit - 1  # extra(lo) fits, extra(hi) does not
     while hi - lo > 1:
         mid = (lo + hi) // 2
         lo, hi = (mid, hi) if extra(mid) <= free else (lo, mid)
@@ -94,12 +91,8 @@ class QuietRun:
 
     def __init__(self, work: Work, start_s: float, durations: list[float]) -> None:
         self.work, self.applied = work, 0
-        ends = np.cumsum(np.concatenate(([start_s], durations)))  # a left fold, as stepping adds
-        starts = ends[:-1]
-        if np.array_equal(starts + (ends[1:] - starts), ends[1:]):  # each step event at its stamp
-            self.ends = self.times = ends[1:].tolist()
-            return
-        self.ends, self.times = [], []
+        self.ends: list[float] = []
+        self.times: list[float] = []
         now = start_s
         for d in durations:
             end = now + d
@@ -120,9 +113,7 @@ class QuietRun:
     def shorten(self, iterations: int) -> int:
         """Keep the first ``iterations``; returns how many were dropped."""
         dropped = len(self.times) - iterations
-        del self.ends[iterations:]
-        if self.times is not self.ends:
-            del self.times[iterations:]
+        del self.ends[iterations:], self.times[iterations:]
         return dropped
 
     def catch_up(self, inst: SimInstance, upto: int) -> None:
