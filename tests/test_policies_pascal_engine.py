@@ -35,8 +35,12 @@ def test_pascal_on_the_engine_schedules_reasoning_before_answering(ckpt):
     assert _run(ckpt, tight, policy) == reference  # scheduling never changes deterministic tokens
     high = (Phase.PREFILL, Phase.REASONING)
     mixed = contested = 0
+    fresh_answers = 0
     for view, decisions in policy.steps:
         phase = {r.request_id: r.phase for r in view.waiting + view.running}
+        for r in view.waiting + view.running:  # the low queue's quantum counts answer tokens only
+            assert r.num_answer_tokens == (_answers(r, eot, reference) if r.phase is Phase.ANSWERING else 0)
+            fresh_answers += r.quantum_used > r.num_answer_tokens
         admitted = [d.request_id for d in decisions if isinstance(d, Admit)]
         preempted = [d.request_id for d in decisions if isinstance(d, Preempt)]
         left_high = [r.request_id for r in view.waiting if r.phase in high and r.request_id not in admitted]
@@ -51,3 +55,10 @@ def test_pascal_on_the_engine_schedules_reasoning_before_answering(ckpt):
         mixed += Phase.ANSWERING in live and bool(live & set(high))
         contested += bool(view.waiting) and len(view.running) == tight.max_num_seqs
     assert mixed > 0 and contested > 0  # the checks above really ran on mixed, full batches
+    assert fresh_answers > 0  # requests that entered the low queue with reasoning tokens in their quantum
+
+
+def _answers(r, eot, reference):
+    """Output tokens after the first end-of-thinking token (the run reproduces ``reference``)."""
+    tokens = reference[int(r.request_id.rsplit("-", 1)[1])]  # the engine names them req-0, req-1, ...
+    return r.num_output_tokens - tokens.index(eot) - 1
