@@ -105,25 +105,32 @@ class DynasorPolicy:
         self, view: SchedulerView, state: DynasorState, programs: Programs
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Per program (numpy, one entry per ``programs.keys``): escalated?, its SJF value
-        (remaining tokens; its arrival once escalated), its arrival."""
+        (remaining tokens; its arrival once escalated), its arrival. When every program is
+        escalated the estimate is not computed (no request's tokens are read)."""
+        arrival = programs.min_arrival.copy()
+        reported = [(g, p) for p in view.programs if (g := programs.index.get(p.program_id)) is not None]
+        for g, p in reported:
+            arrival[g] = p.arrival_s
+        escalated = view.now_s - arrival > self.starvation_bound_s
+        if escalated.all():
+            return escalated, arrival, arrival
+        return escalated, np.where(escalated, arrival, self._remaining(state, programs, reported)), arrival
+
+    def _remaining(self, state: DynasorState, programs: Programs, reported: list) -> np.ndarray:
+        """Per program: the estimated remaining tokens (module docstring)."""
         fallback = state.mean_tokens("\x00", self.prior_tokens)  # all finished requests, or the prior
         means = np.full(len(programs.keys), fallback)
         if state.history:
             for pid in state.history.keys() & programs.index.keys():
                 means[programs.index[pid]] = state.mean_tokens(pid, self.prior_tokens)
-        arrival, extra = programs.min_arrival.copy(), np.zeros(len(programs.keys))
-        for p in view.programs:
-            g = programs.index.get(p.program_id)
-            if g is not None:
-                arrival[g] = p.arrival_s
-                if not p.done:
-                    extra[g] = max(0, p.max_knob - p.knob - len(p.request_ids)) * means[g]
+        extra = np.zeros(len(programs.keys))
+        for g, p in reported:
+            if not p.done:
+                extra[g] = max(0, p.max_knob - p.knob - len(p.request_ids)) * means[g]
         reqs, codes = programs.requests, programs.codes
         generated = np.fromiter(map(_GENERATED, reqs), np.float64, len(reqs))
         left = np.maximum(1.0, means[codes] - generated)
-        remaining = np.bincount(codes, weights=left, minlength=len(programs.keys)) + extra
-        escalated = view.now_s - arrival > self.starvation_bound_s
-        return escalated, np.where(escalated, arrival, remaining), arrival
+        return np.bincount(codes, weights=left, minlength=len(programs.keys)) + extra
 
     def step(self, view: SchedulerView, state: DynasorState) -> tuple[list[Decision], DynasorState]:
         programs = Programs(view.running + view.waiting)
