@@ -113,23 +113,32 @@ def agree_runs(s: Stream) -> np.ndarray:
 
 def sweep(items: Sequence[Stream], scores: Sequence[np.ndarray], thresholds: Sequence[float]):
     """Per threshold: (ThresholdRisk, Outcome) of exiting at the first score >= threshold."""
-    out = []
-    for th in thresholds:
-        harms = gains = 0
-        correct = cost = base_correct = base_cost = 0.0
-        for s, sc in zip(items, scores, strict=True):
-            tr = s.trajectory
-            j = int(np.searchsorted(sc, th, side="left"))
-            stopped = j < len(sc)
-            right = bool(s.right[j]) if stopped else tr.final_correct
-            spent = tr.positions[j] if stopped else tr.tokens_used
-            harms += tr.final_correct and not right
-            gains += right and not tr.final_correct
-            correct, cost = correct + right, cost + spent
-            base_correct, base_cost = base_correct + tr.final_correct, base_cost + tr.tokens_used
-        out.append((ThresholdRisk(float(th), harms, gains, len(items)),
-                    Outcome(len(items), correct, cost, base_correct, base_cost)))  # fmt: skip
-    return out
+    th = np.asarray(thresholds, dtype=np.float64)
+    harms, gains, correct, cost = (np.zeros(len(th), dtype=np.int64) for _ in range(4))
+    base_correct = base_cost = 0
+    for s, sc in zip(items, scores, strict=True):
+        right, spent = _exits(s, sc, th)
+        final = s.trajectory.final_correct
+        harms += final & ~right
+        gains += right & (not final)
+        correct, cost = correct + right, cost + spent
+        base_correct, base_cost = base_correct + final, base_cost + s.trajectory.tokens_used
+    return [(ThresholdRisk(float(t), int(h), int(g), len(items)),
+             Outcome(len(items), float(c), float(k), float(base_correct), float(base_cost)))
+            for t, h, g, c, k in zip(th, harms, gains, correct, cost, strict=True)]  # fmt: skip
+
+
+def _exits(s: Stream, sc: np.ndarray, th: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per threshold: is the answer returned right, and the tokens spent (first score >= threshold)."""
+    tr = s.trajectory
+    j = np.searchsorted(sc, th, side="left")
+    stopped = j < len(sc)
+    if not stopped.any():
+        return np.full(len(th), tr.final_correct), np.full(len(th), tr.tokens_used, dtype=np.int64)
+    at = np.minimum(j, len(sc) - 1)
+    positions = np.asarray(tr.positions, dtype=np.int64)
+    return (np.where(stopped, s.right[at], tr.final_correct),
+            np.where(stopped, positions[at], tr.tokens_used))  # fmt: skip
 
 
 def _grid(scores: Sequence[np.ndarray], n: int = 120) -> list[float]:
@@ -146,8 +155,13 @@ def finite_scores(scores: Sequence[np.ndarray]) -> np.ndarray:
 
 
 def _calibrated(items, scores, grid, tolerance, delta) -> float:
-    chosen = choose_threshold([risk for risk, _ in sweep(items, scores, grid)], tolerance, delta)
-    return chosen.threshold if chosen is not None else grid[0]
+    return _chosen([risk for risk, _ in sweep(items, scores, grid)], tolerance, delta)
+
+
+def _chosen(risks: Sequence[ThresholdRisk], tolerance: float, delta: float) -> float:
+    """The risk test's threshold over ``risks`` (a grid's sweep), its first when none passes."""
+    chosen = choose_threshold(risks, tolerance, delta)
+    return chosen.threshold if chosen is not None else risks[0].threshold
 
 
 def _training_rows(items: Sequence[Stream]):
@@ -222,29 +236,25 @@ def cross_validate_streams(
     out = {tol: StreamCV(names, [], [], [], [], []) for tol in tolerances}
     runs = {id(s): agree_runs(s) for s in items}
     ended = {id(s): budget_exit(runs[id(s)], s) for s in items}
+    ks = [float(k) for k in range(200, 0, -1)]
     for name in names:
         train = [s for g in names if g != name for s in groups[g]]
         test = groups[name]
         rule = fit_logistic(*_training_rows(train))
         train_scores = [_scores(rule, s) for s in train]
         test_scores = [_scores(rule, s) for s in test]
-        grid = _grid(train_scores)
+        learned = [risk for risk, _ in sweep(train, train_scores, _grid(train_scores))]
+        agree = {id(score): [risk for risk, _ in sweep(train, [score[id(s)] for s in train], ks)]
+                 for score in (runs, ended)}  # fmt: skip
         for tol, cv in out.items():
-            th = min(1.0, _calibrated(train, train_scores, grid, tol, delta))
+            th = min(1.0, _chosen(learned, tol, delta))
             cv.learned.append(sweep(test, test_scores, [th])[0][1])
             for score, outs, chosen in ((runs, cv.kagree, cv.kagree_chosen),
                                         (ended, cv.kagree_budget, cv.kagree_budget_chosen)):  # fmt: skip
-                k, outcome = _held_out_k(train, test, score, tol, delta)
-                chosen.append(k)
-                outs.append(outcome)
+                k = _chosen(agree[id(score)], tol, delta)
+                chosen.append(int(k))
+                outs.append(sweep(test, [score[id(s)] for s in test], [k])[0][1])
     return out
-
-
-def _held_out_k(train, test, score: dict, tolerance: float, delta: float) -> tuple[int, Outcome]:
-    """``k`` of the k-agree score ``score[id(stream)]`` chosen on ``train``; its outcome on ``test``."""
-    ks = [float(k) for k in range(200, 0, -1)]
-    k = _calibrated(train, [score[id(s)] for s in train], ks, tolerance, delta)
-    return int(k), sweep(test, [score[id(s)] for s in test], [k])[0][1]
 
 
 def held_out_scores(items: Sequence[Stream], key: Callable[[Stream], str]) -> list[np.ndarray]:
