@@ -14,7 +14,8 @@ from reasonserve.core.decisions import Order, Preempt
 from reasonserve.policies import RequestView, SchedulerView, _ranked
 from reasonserve.policies import dynasor as dynasor_mod
 from reasonserve.policies import flashtts_prefix as prefix_mod
-from reasonserve.policies._order import Programs, argsort_lazily, lex_order, ranked_lazily
+from reasonserve.policies._order import argsort_lazily, lex_order, ranked_lazily
+from reasonserve.policies._programs import Programs
 from reasonserve.policies._ranked import decide_ranked
 from reasonserve.policies.app_fifo import AppFIFOPolicy
 from reasonserve.policies.dynasor import DynasorPolicy, DynasorState

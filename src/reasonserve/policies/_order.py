@@ -3,15 +3,14 @@
 A host may hand a policy tens of thousands of queued requests per step, and on a slow
 CPU every C-level pass over them (one ``map`` of a field getter) costs about 25-40 ns a
 request, so these keep the passes few and leave the rest to numpy: sorts use C-level
-``attrgetter`` keys (a stable sort by one field; the request-id tie-break is applied only
-when the field has ties), and program grouping reads each request's program once
-(``dict.setdefault`` numbers a program by its first request) and aggregates with numpy.
+keys (a stable sort by one field; the request-id tie-break is applied only when the
+field has ties), and numpy rankings are read lazily, so a caller that stops once
+admission is blocked pays for little more than the sort.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
-from functools import cached_property
 from itertools import pairwise
 from operator import attrgetter, eq, itemgetter
 
@@ -21,7 +20,6 @@ from reasonserve.core.views import RequestView
 
 __all__ = [
     "BY_ID",
-    "Programs",
     "argsort_lazily",
     "chunked",
     "getter",
@@ -37,10 +35,6 @@ def getter(name: str) -> itemgetter:
     """A C-level getter of one :class:`RequestView` field (by position: a little faster
     than by name over a long queue)."""
     return itemgetter(RequestView._fields.index(name))
-
-
-_PROGRAM = getter("program_id")
-_ARRIVAL = getter("arrival_s")
 
 
 def ordered(requests: Sequence[RequestView], field: str) -> list[RequestView]:
@@ -112,54 +106,3 @@ def argsort_lazily(key: np.ndarray, first: int = 64) -> Iterator[int]:
         yield from chunked(np.argsort(key)[first:])
     else:
         yield from np.argsort(key).tolist()
-
-
-def _first_index(column: np.ndarray) -> tuple[dict, np.ndarray]:
-    """(each distinct key of ``column`` -> the index of its first occurrence, that index
-    for every entry). Equal keys usually come in runs (a program's requests are queued
-    together), so neighbours are compared in numpy and the dict is filled once a run."""
-    n = len(column)
-    if n == 0:
-        return {}, np.zeros(0, np.intp)
-    starts = np.flatnonzero(np.concatenate(([True], np.not_equal(column[1:], column[:-1]))))
-    head: dict = {}
-    firsts = list(map(head.setdefault, column[starts].tolist(), starts.tolist()))
-    return head, np.repeat(np.asarray(firsts, np.intp), np.diff(starts, append=n))
-
-
-class Programs:
-    """``requests`` grouped by program (a request without a program is its own program,
-    keyed ``"\\x00" + request_id``): ``keys[g]`` is program g's key (in order of first
-    appearance), ``codes[i]`` the program of request i, ``min_arrival[g]`` its earliest
-    arrival."""
-
-    def __init__(self, requests: Sequence[RequestView]) -> None:
-        self.requests = requests
-        n = len(requests)
-        head, codes = _first_index(np.fromiter(map(_PROGRAM, requests), object, n))
-        if None in head:  # requests without a program: each is its own
-            own = (r.program_id if r.program_id is not None else "\x00" + r.request_id for r in requests)
-            head, codes = _first_index(np.fromiter(own, object, n))
-        self.keys: list[str] = list(head)
-        dense = np.empty(n, np.intp)
-        dense[np.fromiter(head.values(), np.intp, len(head))] = np.arange(len(head))
-        self.codes = dense[codes]
-        self.arrival = np.fromiter(map(_ARRIVAL, requests), np.float64, n)
-        self.min_arrival = np.full(len(self.keys), np.inf)
-        np.minimum.at(self.min_arrival, self.codes, self.arrival)
-
-    @cached_property
-    def index(self) -> dict[str, int]:
-        """Program key -> its number g."""
-        return dict(zip(self.keys, range(len(self.keys)), strict=True))
-
-    def order(self, *keys: np.ndarray) -> np.ndarray:
-        """Programs sorted by ``(*keys, program key)`` (per-program arrays, first key first)."""
-        return lex_order(keys, lambda: self.keys)
-
-    def members(self) -> tuple[np.ndarray, np.ndarray]:
-        """(request indices grouped by program, each program's start offset in it)."""
-        grouped = np.argsort(self.codes, kind="stable")
-        starts = np.zeros(len(self.keys) + 1, np.intp)
-        np.cumsum(np.bincount(self.codes, minlength=len(self.keys)), out=starts[1:])
-        return grouped, starts

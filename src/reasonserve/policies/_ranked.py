@@ -18,7 +18,8 @@ import numpy as np
 
 from reasonserve.core.decisions import Admit, Decision, Preempt
 from reasonserve.core.views import RequestView, SchedulerView
-from reasonserve.policies._order import BY_ID, Programs
+from reasonserve.policies._order import BY_ID
+from reasonserve.policies._programs import Programs
 
 __all__ = ["decide_programs", "decide_ranked", "decide_running_first", "decide_segments"]
 

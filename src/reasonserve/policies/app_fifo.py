@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from reasonserve.core.decisions import Decision
 from reasonserve.core.views import SchedulerView
-from reasonserve.policies._order import Programs
+from reasonserve.policies._programs import Programs
 from reasonserve.policies._ranked import decide_programs
 
 __all__ = ["AppFIFOPolicy"]

@@ -34,7 +34,8 @@ import numpy as np
 from reasonserve.core.decisions import Decision
 from reasonserve.core.errors import InvalidArgumentError
 from reasonserve.core.views import SchedulerView
-from reasonserve.policies._order import BY_ID, Programs, getter
+from reasonserve.policies._order import BY_ID, getter
+from reasonserve.policies._programs import Programs
 from reasonserve.policies._ranked import decide_programs
 
 __all__ = ["DynasorPolicy", "DynasorState"]
