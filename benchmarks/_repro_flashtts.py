@@ -288,16 +288,18 @@ def plot(section: dict, path: pathlib.Path) -> None:
 def _parts(args: argparse.Namespace, out: pathlib.Path) -> None:
     """``--setting``: one setting's cells to their own file; ``--merge``: every setting's
     file (all must be there) into the full results, as one sequential run would write them."""
-    part = RESULTS / "flashtts_{}.json"
+    def part(name: str) -> pathlib.Path:
+        return RESULTS / f"flashtts_{name}.json"
+
     if args.setting:
         RESULTS.mkdir(exist_ok=True)
         cells = []
         for width, problems in FULL["widths"].items():  # saved cell by cell
             cells += run_cells((args.setting,), {width: problems}, args.data, args.seed)
             done = {"seed": args.seed, "complete": len(cells) == len(FULL["widths"]), "cells": cells}
-            part.format(args.setting).write_text(json.dumps(done, default=str))
+            part(args.setting).write_text(json.dumps(done, default=str))
         return
-    parts = [json.loads(part.format(name).read_text()) for name in FULL["settings"]]
+    parts = [json.loads(part(name).read_text()) for name in FULL["settings"]]
     if any(p["seed"] != args.seed or not p["complete"] for p in parts):
         raise SystemExit(f"the per-setting results are not all complete runs with --seed {args.seed}")
     section = section_of([c for p in parts for c in p["cells"]], args.data)
