@@ -45,3 +45,27 @@ def test_sim_cli_profile_cost_model(tmp_path, capsys):
     assert "not a profile table" in capsys.readouterr().err
     assert main([*base, "--decode-steps-per-event", "0"]) == 2
     assert "decode_steps_per_event" in capsys.readouterr().err
+
+
+def test_progress_reports_reach_every_request(tmp_path, capsys, monkeypatch):
+    from reasonserve.policies import FCFSPolicy
+    from reasonserve.sim import SimConfig, simulate
+    from reasonserve.sim import simulator as simulator_module
+    from reasonserve.sim.workload import LengthTable, poisson_workload
+
+    reqs = poisson_workload(LengthTable(((16, 30, 10),), "fixture"), 50.0, 60, seed=0)
+    seen: list[tuple[int, int]] = []
+    cfg = SimConfig(num_instances=2, model="qwen2.5-7b", kv_capacity_tokens=2048, skip_quiet_steps=False)
+    monkeypatch.setattr(simulator_module, "_PROGRESS_EVERY", 50)  # report often on this small run
+    simulate(reqs, cfg, FCFSPolicy, progress=lambda done, known: seen.append((done, known)))
+    assert len(seen) > 2 and seen[-1] == (60, 60)
+    assert [d for d, _ in seen] == sorted(d for d, _ in seen) and all(k == 60 for _, k in seen)
+    assert any(0 < d < 60 for d, _ in seen)  # reported mid-run, not only at the end
+
+    _write_fake_traces(tmp_path)
+    argv = ["sim", "--data", str(tmp_path), "--requests", "5", "--instances", "1", "--model", "qwen2.5-7b",
+            "--out", str(tmp_path / "s.json")]  # fmt: skip
+    assert main([*argv, "--progress"]) == 0
+    assert "5/5 requests finished" in capsys.readouterr().err
+    assert main([*argv, "--no-progress"]) == 0
+    assert "requests finished" not in capsys.readouterr().err

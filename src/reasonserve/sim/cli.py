@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import pathlib
+import sys
 from collections.abc import Callable
 from typing import TextIO
 
@@ -120,6 +121,10 @@ def add_sim_parser(sub) -> None:
         "--out", type=pathlib.Path, default=None, help="write the JSON summary here (default: stdout)"
     )
     p.add_argument(
+        "--progress", action=argparse.BooleanOptionalAction, default=None,
+        help="a progress line on stderr (default: when stderr is a terminal)",
+    )  # fmt: skip
+    p.add_argument(
         "--png", type=pathlib.Path, default=None,
         help="also plot TTFT CDF, tail TTFT per reasoning-length bin and QoE CDF here (request workloads)",
     )  # fmt: skip
@@ -180,6 +185,13 @@ def _lengths_workload(args, config: SimConfig, arrivals: str | None) -> tuple[li
     return reqs, table.source
 
 
+def _progress_line(finished: int, known: int) -> None:
+    width = 30
+    done = width * finished // max(known, 1)
+    print(f"\rsim [{'#' * done}{'.' * (width - done)}] {finished}/{known} requests finished",
+          end="", file=sys.stderr, flush=True)  # fmt: skip
+
+
 def run_sim(args: argparse.Namespace, out: TextIO) -> int:
     if args.requests < 1:
         raise InvalidArgumentError(f"--requests must be >= 1, got {args.requests}")
@@ -197,7 +209,10 @@ def run_sim(args: argparse.Namespace, out: TextIO) -> int:
         summary.update(config=repr(config), cost_model=args.cost_model)
     else:
         reqs, source = _workload(args, config)
-        result = simulate(reqs, config, factory, router)
+        show = sys.stderr.isatty() if args.progress is None else args.progress
+        result = simulate(reqs, config, factory, router, progress=_progress_line if show else None)
+        if show:
+            print(file=sys.stderr)
         summary = summarize(result)
         summary.update(lengths=source, rate_rps=args.rate, config=repr(config), cost_model=args.cost_model)
         if args.png is not None:

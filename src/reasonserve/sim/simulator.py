@@ -222,6 +222,14 @@ class _Loop:
             self.schedule(k, due)
 
 
+_PROGRESS_EVERY = 4096  # loop events between progress reports
+
+
+def _report_progress(loop: _Loop, progress: Callable[[int, int], None]) -> None:
+    finished = sum(len(inst.finished) for inst in loop.instances)
+    progress(finished, len(loop.placements) + len(loop.pending))
+
+
 def simulate(
     requests: Sequence[SimRequest],
     config: SimConfig,
@@ -230,16 +238,22 @@ def simulate(
     *,
     check_every_step: bool = False,
     programs: ProgramHost | None = None,
+    progress: Callable[[int, int], None] | None = None,
 ) -> SimResult:
     """Run ``requests`` to completion; ``policy_factory()`` makes each instance's policy.
     At each request's reasoning->answering transition ``router.route_transition`` places
     its answering phase (PASCAL Algorithm 2); moving it costs ``cost.migrate_s``. With
-    ``programs``, requests also arrive and stop as the programs' samples finish."""
+    ``programs``, requests also arrive and stop as the programs' samples finish.
+    ``progress(finished, known)`` is called every few thousand events and at the end
+    (``known``: requests placed or still to arrive)."""
     loop = _Loop(config, policy_factory, router if router is not None else LeastKVRouter())
     loop.pending = [(r.arrival_s, r.request_id, r) for r in _check_requests(requests, config)]  # sorted
     loop.programs = programs
-    now, inf = 0.0, float("inf")
+    now, inf, events = 0.0, float("inf"), 0
     while loop.pending or loop.events or len(loop.moving):
+        events += 1
+        if progress is not None and events % _PROGRESS_EVERY == 0:
+            _report_progress(loop, progress)
         t_arrival = loop.pending[0][0] if loop.pending else inf
         t_step = loop.events[0][0] if loop.events else inf
         t_land = loop.moving.next_s()
@@ -255,6 +269,8 @@ def simulate(
                 loop.tick(now, k)
                 loop.step(now, k, check_every_step)
         loop.report_finished(now)
+    if progress is not None:
+        _report_progress(loop, progress)
     instances = loop.instances
     stuck = [s.request_id for inst in instances for s in inst.waiting + inst.running]
     if stuck:
