@@ -135,6 +135,14 @@ def test_stats_are_measured_from_a_real_engine(tmp_path):
     late = measure(engine, TokenPacer(0.1), quantum_tokens=4, now_s=seq.token_times[1] + 10.0)
     assert late.answering_slo_ok is False  # 10 s without a token at one per 100 ms: the pacer ran dry
     assert ReplicaStats.from_dict(late.to_dict()) == late
+    # stalled for 10 s, then 20 tokens at once: the reader is 1.9 s of tokens behind the
+    # generator at 10.5 s, so the buffer is not dry (the unshifted curve would say "behind")
+    t0 = seq.token_times[1]
+    seq.token_times[:] = [t0, t0] + [t0 + 10.0] * 20
+    caught_up = measure(engine, TokenPacer(0.1), quantum_tokens=4, now_s=t0 + 10.5)
+    assert caught_up.answering_slo_ok is True and TokenPacer(0.1).behind(t0, 21, t0 + 10.5)
+    dry = measure(engine, TokenPacer(0.1), quantum_tokens=4, now_s=t0 + 12.1)
+    assert dry.answering_slo_ok is False  # every buffered token read by 11.9 s, the next overdue
 
 
 @pytest.mark.parametrize(

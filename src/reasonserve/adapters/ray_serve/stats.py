@@ -4,9 +4,10 @@ one embedded engine and sent to the router through Ray Serve's ``record_routing_
 ``m_i`` = KV blocks held on the "GPU" plus blocks of preempted requests kept in host
 memory; ``r_i`` = requests in the reasoning (high-priority) phase, waiting ones and
 prefills included; ``a_i`` = answering requests that have produced fewer than
-``quantum_tokens`` answer tokens (their first quantum); ``t_i`` = no answering request
-lags the pace of one token per ``tpot_s`` since its first answer token (the token
-pacer's buffer has not run dry, :meth:`TokenPacer.behind`).
+``quantum_tokens`` answer tokens (their first quantum); ``t_i`` = no answering request's
+token-pacer buffer has run dry (:meth:`TokenPacer.starving`, the rule the simulator's
+instances report: a request that stalled once keeps pace again once it runs ahead of
+its reader).
 """
 
 from __future__ import annotations
@@ -88,7 +89,7 @@ def measure(engine, pacer: TokenPacer, quantum_tokens: int, now_s: float | None 
             start = (eot + 1) if eot is not None else 0
             answered = len(times) - start
             fresh += answered < quantum_tokens
-            if answered > 0 and pacer.behind(times[start], answered, mono):
+            if answered > 0 and pacer.starving(pacer.released_until(times[start:]), mono):
                 slo_ok = False
     used = blocks.num_blocks - blocks.num_free
     return ReplicaStats(
