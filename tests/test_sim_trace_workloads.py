@@ -46,8 +46,12 @@ def test_azure_arrivals_keep_the_recorded_gaps_scaled_to_the_rate(tmp_path):
     _write_serving_traces(tmp_path)
     skipped: dict[str, int] = {}
     reqs = trace_workload("azure-conv", tmp_path, 0.3, 10, seed=0, skipped=skipped)
-    assert skipped == {"rows without prompt or output": 1}  # the 0-token output row, counted
+    # the 0-token output row and the 7 requests the 4-row trace cannot give, counted
+    assert skipped == {"rows without prompt or output": 1, "requests asked for past the trace's end": 7}
     assert [r.prompt_tokens for r in reqs] == [100, 200, 400]
+    skipped.clear()  # only the rows read up to the last one used count
+    assert len(trace_workload("azure-conv", tmp_path, 0.3, 2, seed=0, skipped=skipped)) == 2
+    assert skipped == {"rows without prompt or output": 0}
     # recorded at 0, 0.5, 10 s: 2 gaps over 10 s; at 0.3 req/s the mean gap is 1/0.3 s, so
     # the span becomes 2/0.3 s and every gap is scaled by 2/3
     assert [r.arrival_s for r in reqs] == pytest.approx([0.0, 0.5 * 2 / 3, 10 * 2 / 3])
@@ -97,6 +101,52 @@ def test_malformed_rows_are_typed_errors_naming_file_and_line(tmp_path, name, li
         load_trace(source, tmp_path)
 
 
+_AZ, _MC = "azure_llm_2023/AzureLLMInferenceTrace_conv.csv", "mooncake_fast25/conversation_trace.jsonl"
+_SG = "sharegpt_lengths/sharegpt_8k_filtered_stats_llama2_tokenizer.csv"
+_H = b"TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.0,1,1\n"
+_ROW = b'{"timestamp": 0, "input_length": 1, "output_length": 1'
+
+
+@pytest.mark.parametrize(
+    ("name", "data", "where"),
+    [
+        (_AZ, _H + b"2023-11-16 18:15:47.0,1e400,1\n", ":3: not a token count"),  # was an OverflowError
+        (_AZ, _H + b"2023-11-16 18:15:47.0,1,inf\n", ":3: not a token count"),
+        (_AZ, _H + b"2023-11-16 18:15:47.0,1,1," + b"x" * 200_000 + b"\n", ":3: field larger"),  # csv.Error
+        (_AZ, _H + b"2023-11-16 18:15:47.0,1\xff,1\n", ":3: not UTF-8"),  # was a UnicodeDecodeError
+        (_AZ, _H + b"2023-11-16 18:15:47.0," + b"1" * (1 << 24) + b"\n", ":3: line longer"),
+        (_SG, b"num_prefill_tokens,num_decode_tokens\n1,1\n1,inf\n", ":3: not a token count"),
+        (_MC, _ROW + b"}\n" + b'{"timestamp": NaN, "input_length": 1, "output_length": 1}\n', ":2: timestamp"),
+        (_MC, b'{"timestamp": 1e308, "input_length": 1, "output_length": 1}\n', ":1: timestamp"),
+        (_MC, b'{"timestamp": true, "input_length": 1, "output_length": 1}\n', ":1: not a Mooncake"),
+        (_MC, _ROW + b', "hash_ids": [Infinity]}\n', ":1: not a Mooncake"),  # was an OverflowError
+        (_MC, _ROW + b', "hash_ids": "123"}\n', ":1: not a Mooncake"),  # was read as ids 1, 2, 3
+        (_MC, _ROW + b', "hash_ids": [1.5]}\n', ":1: not a Mooncake"),  # was truncated to 1
+        (_MC, b"[" * 100_000 + b"\n", ":1: not a Mooncake"),  # was a RecursionError
+        (_MC, _ROW + b"}\n" + _ROW + b"\xff}\n", ":2: not UTF-8"),
+        (_MC, _ROW + b"}\n\n", ":2: not a Mooncake"),
+    ],
+)  # fmt: skip
+def test_hostile_trace_files_are_typed_errors_naming_file_and_line(tmp_path, name, data, where):
+    _write_serving_traces(tmp_path)
+    path = tmp_path / "serving_traces" / name
+    path.write_bytes(data)
+    source = {_AZ: "azure-conv", _MC: "mooncake-conversation", _SG: "sharegpt"}[name]
+    with pytest.raises(InvalidArgumentError, match=f"{path.name}{where}"):
+        load_trace(source, tmp_path)
+
+
+def test_a_byte_order_mark_is_dropped_and_an_empty_trace_is_named(tmp_path):
+    _write_serving_traces(tmp_path)
+    folder = tmp_path / "serving_traces"
+    (folder / _AZ).write_bytes(b"\xef\xbb\xbf" + _H)
+    (folder / _MC).write_bytes(b"\xef\xbb\xbf" + _ROW + b"}\n")
+    assert len(load_trace("azure-conv", tmp_path)) == len(load_trace("mooncake-conversation", tmp_path)) == 1
+    (folder / _AZ).write_bytes(b"")
+    with pytest.raises(InvalidArgumentError, match="no usable rows in azure_llm_2023"):
+        trace_workload("azure-conv", tmp_path, 1.0, 2, seed=0)
+
+
 def test_bad_arguments(tmp_path):
     _write_serving_traces(tmp_path)
     for kwargs, match in (({"arrivals": "uniform"}, "arrivals"), ({"reason_split": "half"}, "reason_split")):
@@ -140,7 +190,7 @@ def test_the_recorded_traces_load():
 def _write_rate_trace(root: pathlib.Path, rows: list[str]) -> None:
     folder = root / "serving_traces" / "servegen_deepseek_r1"
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / "chunk-0-trace.csv").write_text("\n".join(rows) + "\n")
+    (folder / "chunk-0-trace.csv").write_bytes(("\n".join(rows) + "\n").encode(errors="surrogateescape"))
 
 
 def test_servegen_arrivals_follow_the_windows_law_at_the_asked_rate(tmp_path):
@@ -174,7 +224,11 @@ def test_retimed_keeps_program_samples_together(tmp_path):
         (["0,1,1,Gamma,nan,1"], "finite number > 0"),
         (["x,1,1,Gamma,1,1"], "not a number"),
         (["0,0,0,,0,0"], "no window with traffic"),
-        (["0,1,1,Gamma,1,1e6"], "no arrival inside"),  # every gap is longer than a window
+        (["0,1,1,Gamma,1,1e6"], "chunk-0-trace.csv: the laws put no arrival inside"),  # every gap > window
+        (["0,1,1,Weibull,1e-300,1"], "no arrival inside"),  # was an OverflowError from weibullvariate
+        (["0,1,1,Gamma,1e308,1"], "chunk-0-trace.csv:1: shape above"),  # gammavariate looped forever
+        (["0,1,1,Gamma,1,1", "0,1,1,Gamma,1,1," + "x" * 200_000], "chunk-0-trace.csv:2: field larger"),
+        (["0,1,1,Gamma,1,1", "0,1,1,Gamma,1,\udcff"], "chunk-0-trace.csv:2: not UTF-8"),
     ],
 )
 def test_bad_rate_traces_are_typed_errors(tmp_path, rows, match):

@@ -12,19 +12,20 @@ used up it repeats, shifted.
 
 from __future__ import annotations
 
-import csv
 import math
 import pathlib
 import random
 from dataclasses import dataclass, replace
 
 from reasonserve.core.errors import InvalidArgumentError
+from reasonserve.sim.trace_workloads import _csv_rows
 from reasonserve.sim.workload import SimRequest
 
 __all__ = ["RateWindow", "load_rate_windows", "retimed", "servegen_arrival_times"]
 
 _WINDOW_S = 600.0
 _MAX_DRAWS_PER_WINDOW = 200_000  # a degenerate law (scale ~ 0) cannot spin forever
+_MAX_SHAPE = 1e6  # random.gammavariate loops forever once 2 * shape overflows; real traces stay under 20
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,9 +36,12 @@ class RateWindow:
     scale: float
 
     def gap(self, rng: random.Random) -> float:
-        if self.law == "gamma":
-            return rng.gammavariate(self.shape, self.scale)
-        return rng.weibullvariate(self.scale, self.shape)
+        try:
+            if self.law == "gamma":
+                return rng.gammavariate(self.shape, self.scale)
+            return rng.weibullvariate(self.scale, self.shape)
+        except OverflowError:  # a gap past any float (Weibull with a tiny shape): past the window
+            return math.inf
 
 
 def _positive(value: str, where: str) -> float:
@@ -56,9 +60,8 @@ def load_rate_windows(data_dir: str | pathlib.Path, chunk: int = 0) -> list[Rate
     if not path.is_file():
         raise InvalidArgumentError(f"data_dir has no {path.relative_to(pathlib.Path(data_dir))}: {data_dir}")
     out = []
-    with path.open(newline="") as f:
-        for line_no, row in enumerate(csv.reader(f), start=1):
-            where = f"{path}:{line_no}"
+    with path.open("rb") as f:
+        for where, row in _csv_rows(path, f, header=False):  # UTF-8, BOM dropped, bounded, typed errors
             if len(row) != 6:
                 raise InvalidArgumentError(f"{where}: expected 6 fields, got {len(row)}")
             if not row[3]:
@@ -67,13 +70,16 @@ def load_rate_windows(data_dir: str | pathlib.Path, chunk: int = 0) -> list[Rate
             if law not in ("gamma", "weibull"):
                 raise InvalidArgumentError(f"{where}: unknown inter-arrival law {row[3][:20]!r}")
             start = _positive(row[0], where) if row[0].strip() not in ("0", "0.0") else 0.0
-            out.append(RateWindow(start, law, _positive(row[4], where), _positive(row[5], where)))
+            shape = _positive(row[4], where)
+            if shape > _MAX_SHAPE:
+                raise InvalidArgumentError(f"{where}: shape above {_MAX_SHAPE:g}: {row[4][:40]!r}")
+            out.append(RateWindow(start, law, shape, _positive(row[5], where)))
     if not out:
         raise InvalidArgumentError(f"{path}: no window with traffic")
     return sorted(out, key=lambda w: w.start_s)
 
 
-def _raw_times(windows: list[RateWindow], n: int, rng: random.Random) -> list[float]:
+def _raw_times(windows: list[RateWindow], n: int, rng: random.Random, name: str) -> list[float]:
     """At least ``n`` arrival times on the active windows laid end to end."""
     out: list[float] = []
     offset = 0.0
@@ -91,7 +97,7 @@ def _raw_times(windows: list[RateWindow], n: int, rng: random.Random) -> list[fl
             if len(out) >= n:
                 break
         if len(out) == before:
-            raise InvalidArgumentError("the rate trace's laws put no arrival inside any 600-second window")
+            raise InvalidArgumentError(f"{name}: the laws put no arrival inside any 600-second window")
     return out[:n]
 
 
@@ -103,7 +109,7 @@ def servegen_arrival_times(
         raise InvalidArgumentError(f"rate_per_s must be a finite number > 0, got {rate_per_s!r}")
     if n < 1:
         raise InvalidArgumentError(f"n must be >= 1, got {n}")
-    times = _raw_times(load_rate_windows(data_dir, chunk), n, random.Random(seed))
+    times = _raw_times(load_rate_windows(data_dir, chunk), n, random.Random(seed), f"chunk-{chunk}-trace.csv")
     span = times[-1] - times[0]
     if n == 1 or span <= 0:
         return [0.0] * n

@@ -16,7 +16,9 @@ Poisson process at ``rate_per_s`` (``"poisson"``). Mooncake's ``hash_ids`` becom
 requests' chained per-block prefix hashes: each 512-token block id is spread over the
 simulator's blocks inside it, so two requests share a hash exactly where the trace says
 they share a prompt block. Rows with a prompt under one token or no output are skipped
-and counted.
+and counted. Files are UTF-8 (a leading BOM is dropped); a line over 16 MiB, bytes that
+are not UTF-8, a malformed row or a value out of range (a count over 10^8, a time that is
+not finite) is an ``InvalidArgumentError`` naming the file and line.
 """
 
 from __future__ import annotations
@@ -26,10 +28,13 @@ import bisect
 import csv
 import datetime
 import json
+import math
 import pathlib
 import random
 import zlib
+from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any, BinaryIO
 
 from reasonserve.core.errors import InvalidArgumentError
 from reasonserve.sim.workload import SimRequest
@@ -38,6 +43,8 @@ __all__ = ["TRACE_SOURCES", "TraceRow", "load_trace", "trace_workload"]
 
 _MOONCAKE_BLOCK = 512
 _MAX_ROWS = 1_000_000
+_MAX_LINE_BYTES = 1 << 24
+_MAX_ABS_MS = 1e15  # Mooncake timestamps (ms): about 30,000 years either way
 TRACE_SOURCES = {
     "azure-code": "azure_llm_2023/AzureLLMInferenceTrace_code.csv",
     "azure-conv": "azure_llm_2023/AzureLLMInferenceTrace_conv.csv",
@@ -64,19 +71,50 @@ def _count(value: object, where: str) -> int:
         number = float(value)
     except (TypeError, ValueError, OverflowError):
         raise InvalidArgumentError(f"{where}: not a token count: {str(value)[:40]!r}") from None
-    if not number >= 0 or number != int(number) or number > 10**8:
+    if not number >= 0 or number > 10**8 or number != int(number):  # NaN, inf fail before int()
         raise InvalidArgumentError(f"{where}: not a token count: {str(value)[:40]!r}")
     return int(number)
 
 
+def _lines(path: pathlib.Path, f: BinaryIO) -> Iterator[str]:
+    """The file's lines as text (a leading BOM dropped), each read with bounded memory."""
+    for line_no, raw in enumerate(iter(lambda: f.readline(_MAX_LINE_BYTES + 1), b""), start=1):
+        if len(raw) > _MAX_LINE_BYTES:
+            raise InvalidArgumentError(f"{path}:{line_no}: line longer than {_MAX_LINE_BYTES} bytes")
+        try:
+            yield raw.decode("utf-8-sig" if line_no == 1 else "utf-8")
+        except UnicodeDecodeError:
+            raise InvalidArgumentError(f"{path}:{line_no}: not UTF-8 text") from None
+
+
+def _csv_rows(path: pathlib.Path, f: BinaryIO, *, header: bool = True) -> Iterator[tuple[str, Any]]:
+    """``(where, record)`` for each CSV record (a dict under a header line, else a list);
+    a malformed record is a typed error."""
+    read = [0]  # lines handed to the CSV reader so far: the record's last line
+
+    def counted() -> Iterator[str]:
+        for line in _lines(path, f):
+            read[0] += 1
+            yield line
+
+    reader = csv.DictReader(counted()) if header else csv.reader(counted())
+    while True:
+        try:
+            rec = next(reader)
+        except StopIteration:
+            return
+        except csv.Error as e:
+            raise InvalidArgumentError(f"{path}:{read[0]}: {e}") from None
+        yield f"{path}:{read[0]}", rec
+
+
 def _azure(path: pathlib.Path) -> list[TraceRow]:
     rows, start = [], None
-    with path.open(newline="") as f:
-        for line_no, rec in enumerate(csv.DictReader(f), start=2):
-            where = f"{path}:{line_no}"
+    with path.open("rb") as f:
+        for where, rec in _csv_rows(path, f):
             try:
                 t = datetime.datetime.fromisoformat(rec["TIMESTAMP"][:26]).timestamp()
-            except (KeyError, TypeError, ValueError):
+            except (KeyError, TypeError, ValueError, OverflowError, OSError):
                 raise InvalidArgumentError(f"{where}: bad or missing TIMESTAMP") from None
             start = t if start is None else start
             rows.append(TraceRow(t - start, _count(rec.get("ContextTokens"), where),
@@ -86,16 +124,27 @@ def _azure(path: pathlib.Path) -> list[TraceRow]:
     return rows
 
 
+def _block_ids(value: object, where: str) -> tuple[int, ...]:
+    if not isinstance(value, list) or not all(type(h) is int for h in value):
+        raise InvalidArgumentError(f"{where}: hash_ids must be a list of integers")
+    return tuple(value)
+
+
 def _mooncake(path: pathlib.Path) -> list[TraceRow]:
     rows = []
-    with path.open() as f:
-        for line_no, line in enumerate(f, start=1):
+    with path.open("rb") as f:
+        for line_no, line in enumerate(_lines(path, f), start=1):
             where = f"{path}:{line_no}"
             try:
                 rec = json.loads(line)
-                t, ids = float(rec["timestamp"]) / 1000.0, tuple(int(h) for h in rec.get("hash_ids", ()))
-            except (ValueError, TypeError, KeyError):
+                ms = rec["timestamp"]
+                if isinstance(ms, bool) or not isinstance(ms, (int, float)):
+                    raise TypeError
+                t, ids = float(ms) / 1000.0, _block_ids(rec.get("hash_ids", []), where)
+            except (ValueError, TypeError, KeyError, AttributeError, OverflowError, RecursionError):
                 raise InvalidArgumentError(f"{where}: not a Mooncake trace row") from None
+            if not (math.isfinite(t) and abs(ms) <= _MAX_ABS_MS):
+                raise InvalidArgumentError(f"{where}: timestamp out of range: {str(ms)[:40]!r}")
             rows.append(TraceRow(t, _count(rec.get("input_length"), where),
                                  _count(rec.get("output_length"), where), ids))  # fmt: skip
             if len(rows) >= _MAX_ROWS:
@@ -104,10 +153,14 @@ def _mooncake(path: pathlib.Path) -> list[TraceRow]:
 
 
 def _sharegpt(path: pathlib.Path) -> list[TraceRow]:
-    with path.open(newline="") as f:
-        return [TraceRow(None, _count(rec.get("num_prefill_tokens"), f"{path}:{i}"),
-                         _count(rec.get("num_decode_tokens"), f"{path}:{i}"))
-                for i, rec in enumerate(csv.DictReader(f), start=2) if i - 2 < _MAX_ROWS]  # fmt: skip
+    rows = []
+    with path.open("rb") as f:
+        for where, rec in _csv_rows(path, f):
+            rows.append(TraceRow(None, _count(rec.get("num_prefill_tokens"), where),
+                                 _count(rec.get("num_decode_tokens"), where)))  # fmt: skip
+            if len(rows) >= _MAX_ROWS:
+                break
+    return rows
 
 
 def load_trace(source: str, data_dir: str | pathlib.Path) -> list[TraceRow]:
@@ -178,13 +231,21 @@ def trace_workload(
         raise InvalidArgumentError(f"num_requests must be >= 1, got {num_requests}")
     if arrivals not in ("trace", "poisson") or reason_split not in ("servegen", "none"):
         raise InvalidArgumentError("arrivals must be 'trace' or 'poisson'; reason_split 'servegen' or 'none'")
-    every = load_trace(source, data_dir)
-    rows = [r for r in every if r.prompt_tokens >= 1 and r.output_tokens >= 1][:num_requests]
-    if skipped is not None:
-        skipped["rows without prompt or output"] = len(every) - sum(
-            r.prompt_tokens >= 1 and r.output_tokens >= 1 for r in every)
+    rows: list[TraceRow] = []
+    unusable = 0
+    for r in load_trace(source, data_dir):
+        if len(rows) == num_requests:
+            break
+        if r.prompt_tokens >= 1 and r.output_tokens >= 1:
+            rows.append(r)
+        else:
+            unusable += 1
+    if skipped is not None:  # counted up to the last row used
+        skipped["rows without prompt or output"] = unusable
+        if len(rows) < num_requests:
+            skipped["requests asked for past the trace's end"] = num_requests - len(rows)
     if not rows:
-        raise InvalidArgumentError(f"{source}: no usable rows")
+        raise InvalidArgumentError(f"{source}: no usable rows in {TRACE_SOURCES[source]}")
     rng = random.Random(seed)
     times = _arrivals(rows, arrivals, rate_per_s, rng)
     ratios = _reason_ratios(pathlib.Path(data_dir)) if reason_split == "servegen" else None
