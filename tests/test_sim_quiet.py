@@ -14,6 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from reasonserve.core import PolicyError
+from reasonserve.core.policy import quiet_steps
 from reasonserve.policies import FCFSPolicy, RoundRobinPolicy
 from reasonserve.policies.app_fifo import AppFIFOPolicy
 from reasonserve.policies.pascal import PascalPolicy
@@ -176,6 +177,19 @@ def test_a_bad_quiet_steps_answer_is_a_policy_error():
 
     with pytest.raises(PolicyError, match="quiet_steps"):
         simulate([SimRequest("a", 0.0, 40, 30, 10)], SimConfig(num_instances=1, model="qwen2.5-7b"), Bad)
+
+
+@pytest.mark.parametrize("answer", [0, -3, True, 2.0, None, "5", 7])
+def test_every_bad_quiet_steps_value_is_a_policy_error(answer):
+    """A wrong type or value is refused, never used; so is an attribute that is not a method
+    (7 as the attribute itself: it was called and raised a TypeError)."""
+    policy = _Counting(hook=False)
+    policy.quiet_steps = lambda view: answer
+    if answer == 7 and not isinstance(answer, bool):
+        assert quiet_steps(policy, None) == 7
+        policy.quiet_steps = 7
+    with pytest.raises(PolicyError, match="quiet_steps"):
+        quiet_steps(policy, None)
 
 
 def test_closed_form_decode_timing_is_bit_identical_only_when_claimed():

@@ -53,6 +53,8 @@ def quiet_steps(policy: object, view: SchedulerView) -> int:
     hook = getattr(policy, "quiet_steps", None)
     if hook is None:
         return 1
+    if not callable(hook):
+        raise PolicyError(f"policy {policy_name(policy)!r}: quiet_steps must be a method, got {hook!r}")
     steps = hook(view)
     if not isinstance(steps, int) or isinstance(steps, bool) or steps < 1:
         name = policy_name(policy)
