@@ -21,6 +21,7 @@ from reasonserve.policies.flashtts import (
     PrefixAwarePolicy,
     RooflineKVAllocator,
     SelectSpec,
+    SpecSlot,
     SpeculationState,
     TwoPhaseSpeculation,
     VerifyCandidate,
@@ -59,6 +60,49 @@ def test_selectspec_rank_fills_highest_potential_first_ties_by_id():
     ]
     assert len(sel.rank(["c"], pots, 10, used={"c": 1})) == 1  # at most M_i branches in all
     assert sel.rank(["a"], pots, 0) == []
+
+
+def _plain_bins(scores, branching):
+    """The definition: rank by score (best first, ties by id); equal scores take the bin of
+    the best-ranked among them; bin = rank * B // n + 1."""
+    ranked = sorted(scores, key=lambda b: (-scores[b], b))
+    out, first_rank = {}, {}
+    for rank, b in enumerate(ranked):
+        r = first_rank.setdefault(scores[b], rank)
+        out[b] = r * branching // len(ranked) + 1
+    return out
+
+
+def _plain_rank(finished, potentials, free_slots, used):
+    slots = []
+    for b in sorted(set(finished), key=lambda b: (-potentials.get(b, 1), b)):
+        m = potentials.get(b, 1)
+        slots += [SpecSlot(b, k, m) for k in range(used.get(b, 0), m)]
+    return slots[:free_slots]
+
+
+_IDS = st.sampled_from([f"b{i}" for i in range(40)])
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.dictionaries(_IDS, st.sampled_from([0.0, 0.25, 0.5, 0.9, 1.0, -3.0]), max_size=40),
+       st.integers(1, 6))  # fmt: skip
+def test_selectspec_bins_equal_the_definition(scores, branching):
+    assert SelectSpec(branching=branching).bins(scores) == _plain_bins(scores, branching)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(_IDS, max_size=50), st.dictionaries(_IDS, st.integers(1, 4), max_size=40), st.integers(0, 60),
+       st.one_of(st.just({}), st.dictionaries(_IDS, st.integers(0, 5), max_size=10)))  # fmt: skip
+def test_selectspec_rank_equals_the_definition(finished, potentials, free_slots, used):
+    got = SelectSpec(branching=4).rank(finished, potentials, free_slots, used=used)
+    assert got == _plain_rank(finished, potentials, free_slots, used)
+
+
+def test_selectspec_rank_names_a_bad_potential():
+    for bad in (True, 0, 5, 2.0):
+        with pytest.raises(InvalidArgumentError, match="potentials"):
+            SelectSpec(branching=4).rank(["a"], {"a": 1, "z": bad}, 3)
 
 
 def test_selectspec_truncation_keeps_all_for_the_original_and_about_r_for_copies():

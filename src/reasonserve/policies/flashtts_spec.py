@@ -20,11 +20,14 @@ speculative tokens; each duplicate keeps a prefix whose fraction is drawn from
 
 from __future__ import annotations
 
+import heapq
 import math
 import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from operator import itemgetter
+from itertools import repeat
+
+import numpy as np
 
 from reasonserve.core.errors import InvalidArgumentError, InvalidTypeError
 
@@ -33,6 +36,15 @@ __all__ = ["SelectSpec", "SpecSlot"]
 
 def _is_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _finite_number(value: object) -> bool:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    try:
+        return math.isfinite(value)
+    except OverflowError:  # an int beyond float range
+        return False
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,29 +79,28 @@ class SelectSpec:
     def bins(self, scores: Mapping[str, float]) -> dict[str, int]:
         """Bin index ``j`` in 1..B of every beam (1 = best): equal-count bins by rank, equal
         scores share the bin of the best-ranked among them."""
-        try:  # one C-level pass; the slow loop below only names the culprit
-            ok = math.isfinite(math.fsum(scores.values()))
-        except (TypeError, OverflowError):
-            ok = False
-        if not ok:
-            for beam_id, s in scores.items():
-                if isinstance(s, bool) or not isinstance(s, (int, float)) or not math.isfinite(s):
-                    raise InvalidArgumentError(
-                        f"score of beam {beam_id!r} must be a finite number, got {s!r}"
-                    )
-            raise InvalidArgumentError("scores are too large to rank (their sum overflows)")
-        ranked = sorted(scores.items())  # by beam id, then (stable) by score, best first
-        ranked.sort(key=itemgetter(1), reverse=True)
-        n, out = len(ranked), {}
-        last_score, last_bin = None, 1
-        for rank, (beam_id, s) in enumerate(ranked):
-            j = last_bin if s == last_score else rank * self.branching // n + 1
-            out[beam_id], last_score, last_bin = j, s, j
-        return out
+        return dict(zip(scores, self._bin_array(scores).tolist(), strict=True))
 
     def potentials(self, scores: Mapping[str, float]) -> dict[str, int]:
         """``M_i = B - j + 1`` for every beam."""
-        return {b: self.branching - j + 1 for b, j in self.bins(scores).items()}
+        return dict(zip(scores, (self.branching + 1 - self._bin_array(scores)).tolist(), strict=True))
+
+    def _bin_array(self, scores: Mapping[str, float]) -> np.ndarray:
+        """Bins in the order of ``scores``. A beam's bin is that of the best-ranked beam with
+        its score, whose rank is the number of strictly better scores: no id tie-break is
+        needed, one numpy sort is."""
+        try:  # C-level passes; the loop below only names the culprit
+            values = np.fromiter(scores.values(), dtype=np.float64, count=len(scores))
+            ok = set(map(type, scores.values())) <= {float, int} and bool(np.isfinite(values).all())
+        except (TypeError, ValueError, OverflowError):
+            ok = False
+        if not ok:
+            for beam_id, v in scores.items():
+                if not _finite_number(v):
+                    shown = "an int beyond float range" if _is_int(v) and abs(v) > 2**1024 else repr(v)[:40]
+                    raise InvalidArgumentError(f"score of beam {beam_id!r} must be a finite number: {shown}")
+        better = len(values) - np.searchsorted(np.sort(values), values, side="right")
+        return better * self.branching // max(len(values), 1) + 1
 
     def rank(
         self, finished: Sequence[str], potentials: Mapping[str, int], free_slots: int,
@@ -102,21 +113,30 @@ class SelectSpec:
             raise InvalidArgumentError(f"free_slots must be an int >= 0, got {free_slots!r}")
         if isinstance(finished, str):  # a bare id would rank each of its characters
             raise InvalidTypeError(f"finished must be a sequence of beam ids, got the str {finished[:80]!r}")
-        bad = [(b, m) for b, m in potentials.items() if not _is_int(m) or not 1 <= m <= self.branching]
-        if bad:
-            raise InvalidArgumentError(f"potentials must be ints in [1, {self.branching}], got {bad[0]}")
+        self._check_potentials(potentials)
         used = used or {}
-        buckets: dict[int, list[str]] = {}
-        for b in set(finished):
-            buckets.setdefault(potentials.get(b, 1), []).append(b)
+        beams = list(set(finished))
+        marks = np.fromiter(map(potentials.get, beams, repeat(1)), dtype=np.int64, count=len(beams))
         slots: list[SpecSlot] = []
-        for m in sorted(buckets, reverse=True):  # highest M_i first, ties by beam id
-            for b in sorted(buckets[m]):
+        for m in sorted(set(marks.tolist()), reverse=True):  # highest M_i first, ties by beam id
+            bucket = [beams[i] for i in np.flatnonzero(marks == m).tolist()]
+            # every beam yields >= 1 branch unless ``used`` took them: the first free_slots suffice
+            bucket = sorted(bucket) if used else heapq.nsmallest(free_slots - len(slots), bucket)
+            for b in bucket:
                 for branch in range(used.get(b, 0), m):
                     if len(slots) == free_slots:
                         return slots
                     slots.append(SpecSlot(b, branch, m))
         return slots
+
+    def _check_potentials(self, potentials: Mapping[str, int]) -> None:
+        values = list(potentials.values())
+        if not values:
+            return
+        if set(map(type, values)) == {int} and min(values) >= 1 and max(values) <= self.branching:
+            return  # one C-level pass each; the loop below only names the culprit
+        bad = [(b, m) for b, m in potentials.items() if not _is_int(m) or not 1 <= m <= self.branching]
+        raise InvalidArgumentError(f"potentials must be ints in [1, {self.branching}], got {bad[0]}")
 
     def kept_tokens(self, num_spec_tokens: int, branch: int, rng: random.Random) -> int:
         """Speculative tokens kept by copy ``branch`` of a selected beam (0: the original,
