@@ -15,6 +15,7 @@ cuts ``12^{\\text{th}}`` to ``12^{``; elsewhere the recorded ``probe_answer`` is
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import gzip
 import json
@@ -34,7 +35,18 @@ Grade = Callable[[str, str], bool]  # grade(answer, target), shaped like equival
 
 __all__ = ["Trajectory", "load_run"]
 
-csv.field_size_limit(10_000_000)
+_MAX_FIELD_CHARS = 10_000_000  # a recorded probe_text can pass csv's default 131,072
+
+
+@contextlib.contextmanager
+def _field_limit(limit: int):
+    """csv's field limit is process-wide: raise it while a probe file is read, then put
+    back what was there (other readers keep their own bound)."""
+    previous = csv.field_size_limit(limit)
+    try:
+        yield
+    finally:
+        csv.field_size_limit(previous)
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,7 +106,7 @@ def _read_probes(path: pathlib.Path) -> dict[tuple[str, str, str], list[dict]]:
     """Probe rows by trajectory key, in token order; ``token_position`` parsed to int."""
     rows: dict[tuple[str, str, str], list[dict]] = {}
     try:
-        with gzip.open(path, "rt", encoding="utf-8", newline="") as fh:
+        with _field_limit(_MAX_FIELD_CHARS), gzip.open(path, "rt", encoding="utf-8", newline="") as fh:
             reader = csv.DictReader(fh)
             columns = set(reader.fieldnames or [])
             missing = [c for c in _PROBE_COLUMNS if c not in columns]
