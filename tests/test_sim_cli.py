@@ -25,6 +25,12 @@ def test_sim_cli_refuses_bad_options(tmp_path, capsys):
     assert "quantum" in capsys.readouterr().err
     assert main(["sim", "--data", str(tmp_path), "--instances", "0"]) == 2
     assert "num_instances" in capsys.readouterr().err
+    for rate in ("nan", "inf", "0", "-1"):
+        assert main(["sim", "--data", str(tmp_path), "--rate", rate, "--requests", "3"]) == 2
+        assert "rate" in capsys.readouterr().err
+    # a rate so low that the requests arrive after max_sim_s: the workload, not a stuck policy
+    assert main(["sim", "--data", str(tmp_path), "--rate", "1e-300", "--requests", "3"]) == 2
+    assert "past max_sim_s" in capsys.readouterr().err
 
 
 def test_sim_cli_profile_cost_model(tmp_path, capsys):

@@ -134,8 +134,9 @@ def sc_program_workload(
     a question drawn uniformly (with replacement). Questions and unit gaps come from two
     streams seeded by ``seed`` alone, so every rate sees the same questions in the same
     order at arrival times scaled by ``1 / rate`` (common random numbers across rates)."""
-    if isinstance(rate_per_s, bool) or not isinstance(rate_per_s, (int, float)) or not rate_per_s > 0:
-        raise InvalidArgumentError(f"rate_per_s must be > 0, got {rate_per_s!r}")
+    number = isinstance(rate_per_s, (int, float)) and not isinstance(rate_per_s, bool)
+    if not number or not 0 < rate_per_s < float("inf"):
+        raise InvalidArgumentError(f"rate_per_s must be a finite number > 0, got {rate_per_s!r}")
     if isinstance(num_programs, bool) or not isinstance(num_programs, int) or num_programs < 1:
         raise InvalidArgumentError(f"num_programs must be an int >= 1, got {num_programs!r}")
     if not records:

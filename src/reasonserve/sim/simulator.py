@@ -67,6 +67,10 @@ def _check_requests(requests: Sequence[SimRequest], config: SimConfig) -> list[S
                 f"request {r.request_id} needs {r.prompt_tokens + r.output_tokens} tokens of KV; "
                 f"an instance holds {limit}"
             )
+        if r.arrival_s > config.max_sim_s:  # not a policy's fault (e.g. a tiny arrival rate)
+            raise InvalidArgumentError(
+                f"request {r.request_id} arrives at {r.arrival_s} s, past max_sim_s={config.max_sim_s}"
+            )
     return sorted(requests, key=lambda r: (r.arrival_s, r.request_id))
 
 

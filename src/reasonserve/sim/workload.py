@@ -59,8 +59,8 @@ def poisson_workload(
     """``num_requests`` requests, exponential gaps of mean ``1/rate_per_s``; with
     ``programs_of = k > 1`` arrivals are programs of k requests (self-consistency samples)
     arriving together, each request with its own draw."""
-    if not rate_per_s > 0:
-        raise InvalidArgumentError(f"rate_per_s must be > 0, got {rate_per_s!r}")
+    if not 0 < rate_per_s < float("inf"):  # NaN fails too; inf would put every arrival at 0
+        raise InvalidArgumentError(f"rate_per_s must be a finite number > 0, got {rate_per_s!r}")
     if num_requests < 1 or programs_of < 1:
         raise InvalidArgumentError("num_requests and programs_of must be >= 1")
     rng = random.Random(seed)
