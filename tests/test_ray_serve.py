@@ -74,6 +74,10 @@ def cluster(tmp_path_factory):
     # A loaded 2-core machine can take longer than Ray's default to register the raylet.
     monkeypatch_env = pytest.MonkeyPatch()
     monkeypatch_env.setenv("RAY_raylet_start_wait_time_s", "120")
+    # ... and Serve's HTTP proxy longer than its 5 s ready check (Serve kills a proxy that
+    # misses it, and serve.start then fails with ActorDiedError).
+    monkeypatch_env.setenv("RAY_SERVE_PROXY_READY_CHECK_TIMEOUT_S", "120")
+    monkeypatch_env.setenv("RAY_SERVE_PROXY_HEALTH_CHECK_TIMEOUT_S", "60")
     ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False)
     serve.start(http_options={"host": "127.0.0.1", "port": port})
     engine = EngineConfig(block_size=BLOCK, num_blocks=256, end_of_thinking_token_id=eot)
