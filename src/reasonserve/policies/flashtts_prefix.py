@@ -93,24 +93,29 @@ def _ranks(paths: Sequence[Sequence[Hashable]], owner: np.ndarray, ints: bool) -
     """For each node occurrence (paths flattened; ``owner``: the position of its path),
     the least position of a path that has the node."""
     flat_nodes = list(chain.from_iterable(paths))
-    if ints:
-        try:
-            flat = np.fromiter(flat_nodes, np.int64, len(flat_nodes))
-        except (OverflowError, TypeError, ValueError):  # not all int64: the generic way
-            pass
-        else:
-            by_node = np.argsort(flat)
-            node = flat[by_node]
-            starts = np.flatnonzero(np.concatenate(([True], node[1:] != node[:-1])))
-            least = np.minimum.reduceat(owner[by_node], starts)  # per distinct node
-            rank = np.empty(len(flat), np.intp)
-            rank[by_node] = np.repeat(least, np.diff(starts, append=len(flat)))
-            return rank
+    rank = _int_ranks(flat_nodes, owner) if ints else None
+    if rank is not None:
+        return rank
     first: dict = {}
     by_pos = np.argsort(owner, kind="stable")  # occurrences in path order: setdefault keeps the first
     rank = np.empty(len(owner), np.intp)
     nodes = map(flat_nodes.__getitem__, by_pos.tolist())
     rank[by_pos] = np.fromiter(map(first.setdefault, nodes, owner[by_pos].tolist()), np.intp, len(owner))
+    return rank
+
+
+def _int_ranks(flat_nodes: list, owner: np.ndarray) -> np.ndarray | None:
+    """:func:`_ranks` by one numpy sort when every node is an int64; None otherwise."""
+    try:
+        flat = np.fromiter(flat_nodes, np.int64, len(flat_nodes))
+    except (OverflowError, TypeError, ValueError):
+        return None
+    by_node = np.argsort(flat)
+    node = flat[by_node]
+    starts = np.flatnonzero(np.concatenate(([True], node[1:] != node[:-1])))
+    least = np.minimum.reduceat(owner[by_node], starts)  # per distinct node
+    rank = np.empty(len(flat), np.intp)
+    rank[by_node] = np.repeat(least, np.diff(starts, append=len(flat)))
     return rank
 
 
