@@ -257,9 +257,9 @@ class HTTPClient:
 
     async def _post_once(self, path: str, body: dict) -> tuple[int, bytes]:
         """One POST; the reply is read up to ``MAX_BODY_BYTES`` (decoded), never all of it,
-        and its body must be complete within ``timeout_s`` of its headers: a host that
-        trickles bytes just inside the per-read timeout is cut off (``httpx.ReadTimeout``,
-        handled by ``_post`` like any other timeout)."""
+        and a body still arriving ``timeout_s`` after its headers is cut off at its next
+        read (at most about twice ``timeout_s``): a host that trickles bytes just inside the
+        per-read timeout gets ``httpx.ReadTimeout``, handled by ``_post`` like any other."""
         async with self._http.stream("POST", path, json=body) as resp:
             limit = MAX_BODY_BYTES if resp.status_code < 400 else _ERROR_BODY_BYTES
             deadline = time.monotonic() + self._timeout_s
