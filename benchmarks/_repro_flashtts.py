@@ -21,6 +21,11 @@ FlashTTS artifact's configs as described by a third-party analysis, and the data
   latency is checked to end before the next problem starts.
 * Steps and PRM scores: the recorded search-and-learn beam search of Llama-3.1-8B on
   MATH-500 (``prm_beams``), tokens counted with :func:`reasonserve.sim.beam_search.count_tokens`.
+* Second workload (``--workload longcot``, results ``flashtts_longcot*``, fixed before it
+  ran): the Qwen3-8B long-CoT texts of AIME24 (24) and AMC23 (32) in
+  ``reasoning_traces/qwen3-8b_fulltext_dev_split.jsonl.gz``, steps cut at blank lines (the
+  first 40 of each text), tokens by the same rule, step scores seeded uniform draws (score
+  seed 0; :mod:`reasonserve.sim.beam_longcot`); everything else as above.
 * SelectSpec truncation R = 0.85 (the paper's best, Fig. 16), sigma 0.1; roofline
   efficiencies and the 2 ms step overhead are the simulator's constants.
 * Configurations: the baseline, each optimisation alone, the paper's cumulative ablation
@@ -52,6 +57,7 @@ from reasonserve.policies.flashtts import (
 )
 from reasonserve.policies.flashtts_control import SpeculationState
 from reasonserve.policies.lpm import LPMPolicy
+from reasonserve.sim.beam_longcot import load_longcot_pool
 from reasonserve.sim.beam_search import (
     BEAM_SETTINGS,
     BeamSearchSpec,
@@ -78,6 +84,10 @@ FULL = {
     "settings": ("1.5b+1.5b", "1.5b+7b", "7b+1.5b", "1.5b+1.5b@1.5GB"),
     "widths": {8: 30, 32: 30, 128: 10, 512: 3},
 }
+# the second workload: Qwen3-8B long-CoT texts on AIME24 + AMC23 (``beam_longcot``), with the
+# same n values and problems per cell
+LONGCOT_FILE = "reasoning_traces/qwen3-8b_fulltext_dev_split.jsonl.gz"
+WORKLOADS = {"prm_beams": ("flashtts", FULL["widths"]), "longcot": ("flashtts_longcot", FULL["widths"])}
 QUICK = {"settings": ("1.5b+1.5b",), "widths": {128: 4}}
 PAPER = {
     "setting": "RTX 4090 24 GB; Qwen2.5-Math 1.5B/7B + Skywork-PRM-1.5B / Math-Shepherd-7B; AIME24, AMC23; "
@@ -191,23 +201,31 @@ def decide_speed() -> dict:
     return out
 
 
-def _pool(data_dir: pathlib.Path):
+def _pool(data_dir: pathlib.Path, workload: str = "prm_beams"):
+    """(path, step pool) of a workload: the recorded PRM beams, or the long-CoT texts with
+    seeded scores (score seed 0, the first 40 steps, AIME24 + AMC23)."""
+    if workload == "longcot":
+        path = pathlib.Path(data_dir) / LONGCOT_FILE
+        return path, load_longcot_pool(path, max_steps=BeamSearchSpec().max_steps, score_seed=0)
     path = next(iter(sorted((pathlib.Path(data_dir) / "prm_beams").glob("*.jsonl"))))
     return path, load_step_pool(path)
 
 
-def run_cells(settings, widths: dict[int, int], data_dir: pathlib.Path, seed: int) -> list[dict]:
-    _, pool = _pool(data_dir)
+def run_cells(
+    settings, widths: dict[int, int], data_dir: pathlib.Path, seed: int, workload: str = "prm_beams"
+) -> list[dict]:
+    _, pool = _pool(data_dir, workload)
     return [_cell(pool, s, w, n, seed) for s in settings for w, n in widths.items()]
 
 
-def section_of(cells: list[dict], data_dir: pathlib.Path) -> dict:
+def section_of(cells: list[dict], data_dir: pathlib.Path, workload: str = "prm_beams") -> dict:
     """The results section: the cells, the headline over them, the decide() speed."""
-    path, pool = _pool(data_dir)
+    path, pool = _pool(data_dir, workload)
     goodput = [c["ratios"]["all"]["goodput_ratio"] for c in cells]
     latency = [c["ratios"]["all"]["latency_change"] for c in cells]
     return {
         "paper": PAPER,
+        "workload": workload,
         "data": str(path.name),
         "mean_step_tokens": pool.mean_step_tokens(),
         "mean_sequence_tokens": pool.mean_sequence_tokens(),
@@ -223,9 +241,10 @@ def section_of(cells: list[dict], data_dir: pathlib.Path) -> dict:
     }
 
 
-def run(quick: bool, data_dir: pathlib.Path, seed: int) -> dict:
-    plan = QUICK if quick else FULL
-    return section_of(run_cells(plan["settings"], plan["widths"], data_dir, seed), data_dir)
+def run(quick: bool, data_dir: pathlib.Path, seed: int, workload: str = "prm_beams") -> dict:
+    plan = QUICK if quick else {"settings": FULL["settings"], "widths": WORKLOADS[workload][1]}
+    cells = run_cells(plan["settings"], plan["widths"], data_dir, seed, workload)
+    return section_of(cells, data_dir, workload)
 
 
 def _ratio(r: dict) -> str:
@@ -288,21 +307,23 @@ def plot(section: dict, path: pathlib.Path) -> None:
 def _parts(args: argparse.Namespace, out: pathlib.Path) -> None:
     """``--setting``: one setting's cells to their own file; ``--merge``: every setting's
     file (all must be there) into the full results, as one sequential run would write them."""
+    stem, widths = WORKLOADS[args.workload]
+
     def part(name: str) -> pathlib.Path:
-        return RESULTS / f"flashtts_{name}.json"
+        return RESULTS / f"{stem}_{name}.json"
 
     if args.setting:
         RESULTS.mkdir(exist_ok=True)
         cells = []
-        for width, problems in FULL["widths"].items():  # saved cell by cell
-            cells += run_cells((args.setting,), {width: problems}, args.data, args.seed)
-            done = {"seed": args.seed, "complete": len(cells) == len(FULL["widths"]), "cells": cells}
+        for width, problems in widths.items():  # saved cell by cell
+            cells += run_cells((args.setting,), {width: problems}, args.data, args.seed, args.workload)
+            done = {"seed": args.seed, "complete": len(cells) == len(widths), "cells": cells}
             part(args.setting).write_text(json.dumps(done, default=str))
         return
     parts = [json.loads(part(name).read_text()) for name in FULL["settings"]]
     if any(p["seed"] != args.seed or not p["complete"] for p in parts):
         raise SystemExit(f"the per-setting results are not all complete runs with --seed {args.seed}")
-    section = section_of([c for p in parts for c in p["cells"]], args.data)
+    section = section_of([c for p in parts for c in p["cells"]], args.data, args.workload)
     out.write_text(json.dumps({"machine": machine("cpu"), "quick": False, "seed": args.seed,
                                "flashtts": section}, indent=1, default=str))  # fmt: skip
     print(f"wrote {out}")
@@ -318,18 +339,22 @@ def main() -> None:
     parser.add_argument("--setting", choices=FULL["settings"],
                         help="run only this setting's cells (to run settings side by side), see --merge")
     parser.add_argument("--merge", action="store_true", help="join the --setting results into one")
+    parser.add_argument("--workload", choices=tuple(WORKLOADS), default="prm_beams",
+                        help="prm_beams: recorded Llama-3.1-8B PRM beams on MATH-500; longcot: Qwen3-8B "
+                        "long-CoT texts on AIME24 + AMC23 with seeded scores (results flashtts_longcot*)")
     parser.add_argument("--critical-path", type=int, metavar="PROBLEMS",
                         help="print the straggler bounds of critical_path() over this many problems")
     args = parser.parse_args()
     if args.critical_path:
-        for width in FULL["widths"]:
-            c = critical_path(_pool(args.data)[1], width, args.critical_path)
+        for width in WORKLOADS[args.workload][1]:
+            c = critical_path(_pool(args.data, args.workload)[1], width, args.critical_path)
             print(f"n={width}: critical-path decode steps baseline {c['baseline']}, ideal speculation "
                   f"{c['ideal_speculation']} (x{c['baseline'] / c['ideal_speculation']:.2f}), balanced "
                   f"{c['balanced']} (x{c['baseline'] / c['balanced']:.2f}); the next straggler is a copy "
                   f"k >= 1 in {c['straggler_is_a_copy']:.0%} of iterations")  # fmt: skip
         return
-    out = RESULTS / ("flashtts_quick.json" if args.quick else "flashtts.json")
+    stem = WORKLOADS[args.workload][0]
+    out = RESULTS / (f"{stem}_quick.json" if args.quick else f"{stem}.json")
     if args.setting or args.merge:
         _parts(args, out)
         return
@@ -340,7 +365,7 @@ def main() -> None:
         if args.markdown:
             print(markdown(section))
         return
-    section = run(args.quick, args.data, args.seed)
+    section = run(args.quick, args.data, args.seed, args.workload)
     RESULTS.mkdir(exist_ok=True)
     out.write_text(json.dumps({"machine": machine("cpu"), "quick": args.quick, "seed": args.seed,
                                "flashtts": section}, indent=1, default=str))  # fmt: skip
