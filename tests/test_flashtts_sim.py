@@ -225,3 +225,123 @@ def test_one_at_a_time_requests_are_served_as_if_alone():
     assert len({r.prompt_tokens for r in one_at_a_time_requests(_pool(), 20, seed=2)}) > 1
     with pytest.raises(InvalidArgumentError):
         one_at_a_time_requests(_pool(), 0, seed=2)
+
+
+# -- the long-CoT workload (beam_longcot): synthetic files only ------------------------------
+
+
+def _write_rows(path: pathlib.Path, rows: list, *, gz: bool) -> pathlib.Path:
+    import gzip
+    import json
+
+    text = "".join((r if isinstance(r, str) else json.dumps(r)) + "\n" for r in rows)
+    if gz:
+        with gzip.open(path, "wt", encoding="utf-8") as f:
+            f.write(text)
+    else:
+        path.write_text(text, encoding="utf-8")
+    return path
+
+
+def _row(dataset: str, problem: str, text: str) -> dict:
+    return {"dataset": dataset, "problem": problem, "full_text": text, "tokens_used": 99}
+
+
+LONG_TEXTS = [
+    _row("aime24", "Find x if x + 1 = 2.", "<think>\nFirst, x.\nThen y\n\nSo x = 1\n\n\n\nDone."),
+    _row("math500", "What is 2 + 2?", "It is 4.\n\nYes."),
+    _row("amc23", "How many?", "one two three\n\nfour five\n\nsix"),
+]
+
+
+@pytest.mark.parametrize("gz", [True, False])
+def test_longcot_texts_become_blank_line_steps_counted_by_the_pool_rule(tmp_path, gz):
+    from reasonserve.sim.beam_longcot import load_longcot_pool
+    from reasonserve.sim.beam_workload import count_tokens
+
+    path = _write_rows(tmp_path / ("t.jsonl.gz" if gz else "t.jsonl"), LONG_TEXTS, gz=gz)
+    pool = load_longcot_pool(path)  # aime24 + amc23: the math500 row is skipped
+    assert pool.prompt_tokens == (count_tokens("Find x if x + 1 = 2."), count_tokens("How many?"))
+    # "\n" does not end a step, "\n\n" does; "\n\n\n\n" leaves an empty step (1 token)
+    steps = [["<think>\nFirst, x.\nThen y", "So x = 1", "", "Done."], ["one two three", "four five", "six"]]
+    assert [[t for t, _ in traj] for traj in pool.trajectories] == [[count_tokens(s) for s in t] for t in steps]
+    assert [t for t, _ in pool.trajectories[1]] == [3, 2, 1]
+    assert all(0.0 <= x < 1.0 for traj in pool.trajectories for _, x in traj)
+    only_math = load_longcot_pool(path, datasets=("math500",))
+    assert [t for t, _ in only_math.trajectories[0]] == [4, 2]
+
+
+def test_longcot_keeps_the_first_max_steps_and_never_caps_a_step_itself(tmp_path):
+    from reasonserve.sim.beam_longcot import load_longcot_pool
+    from reasonserve.sim.beam_tree import SearchTree
+
+    long_step = " ".join(["w"] * 3000)
+    text = "\n\n".join([long_step] + [f"step {i}" for i in range(60)])
+    path = _write_rows(tmp_path / "t.jsonl", [_row("aime24", "p", text)], gz=False)
+    pool = load_longcot_pool(path, max_steps=40)
+    assert len(pool.trajectories[0]) == 40 and pool.trajectories[0][0][0] == 3000
+    assert len(load_longcot_pool(path, max_steps=5).trajectories[0]) == 5
+    # the search cuts the 3,000-token step at max_tokens = 2,048 and ends the beam there
+    spec = BeamSearchSpec(width=4, branching=4, max_model_len=8192, max_step_tokens=2048)
+    beam = SearchTree(BeamRequest("t", 0.0, 1, 1), pool, spec).active[0]
+    assert beam.step_tokens == 2048 and beam.final
+
+
+def test_longcot_scores_are_a_pure_function_of_the_file_and_the_seed(tmp_path):
+    from reasonserve.sim.beam_longcot import load_longcot_pool
+
+    path = _write_rows(tmp_path / "t.jsonl", LONG_TEXTS, gz=False)
+    a, b = load_longcot_pool(path, score_seed=7), load_longcot_pool(path, score_seed=7)
+    other = load_longcot_pool(path, score_seed=8)
+    assert a.trajectories == b.trajectories
+    assert [[t for t, _ in x] for x in other.trajectories] == [[t for t, _ in x] for x in a.trajectories]
+    assert [[s for _, s in x] for x in other.trajectories] != [[s for _, s in x] for x in a.trajectories]
+    scores = [s for traj in a.trajectories for _, s in traj]
+    assert len(set(scores)) == len(scores)  # a draw per step, not one per text
+    runs = [simulate_beam_search([BeamRequest("a", 0.0, 5, 3)], a, BeamServeConfig(SETTING, SEARCH, **kw))
+            for kw in ({}, {"prefix_aware": True, "roofline": True, "speculation": True})]  # fmt: skip
+    assert runs[0].selections == runs[1].selections and runs[0].summary()["finished_beams"] > 0
+
+
+@pytest.mark.parametrize(
+    "rows,match",
+    [
+        (["{not json"], "not a JSON object"),
+        (["[1, 2]"], "not a JSON object"),
+        ([{"dataset": "aime24", "problem": "p"}], "full_text"),
+        ([{"dataset": "aime24", "problem": "p", "full_text": ""}], "full_text"),
+        ([{"dataset": "aime24", "full_text": "a\n\nb"}], "problem"),
+        ([{"problem": "p", "full_text": "a"}], "dataset"),
+        ([_row("math500", "p", "a\n\nb")], "no row of datasets"),
+        ([], "no row of datasets"),
+    ],
+)
+def test_longcot_malformed_rows_raise_typed_errors(tmp_path, rows, match):
+    from reasonserve.sim.beam_longcot import load_longcot_pool
+
+    path = _write_rows(tmp_path / "t.jsonl", rows, gz=False)
+    with pytest.raises(InvalidArgumentError, match=match):
+        load_longcot_pool(path)
+
+
+def test_longcot_missing_unreadable_files_and_bad_arguments_raise(tmp_path):
+    from reasonserve.sim.beam_longcot import load_longcot_pool
+
+    with pytest.raises(InvalidArgumentError, match="does not exist"):
+        load_longcot_pool(tmp_path / "absent.jsonl.gz")
+    with pytest.raises(InvalidArgumentError, match="does not exist"):
+        load_longcot_pool(tmp_path)  # a directory
+    fake_gz = tmp_path / "plain.jsonl.gz"
+    fake_gz.write_text('{"dataset": "aime24"}\n')
+    with pytest.raises(InvalidArgumentError, match="unreadable"):
+        load_longcot_pool(fake_gz)
+    truncated = tmp_path / "cut.jsonl.gz"
+    whole = _write_rows(tmp_path / "whole.jsonl.gz", LONG_TEXTS * 50, gz=True).read_bytes()
+    truncated.write_bytes(whole[: len(whole) // 2])
+    with pytest.raises(InvalidArgumentError, match="unreadable"):
+        load_longcot_pool(truncated)
+    good = _write_rows(tmp_path / "t.jsonl", LONG_TEXTS, gz=False)
+    for kw in ({"max_steps": 0}, {"max_steps": True}, {"score_seed": -1}, {"score_seed": 1.5},
+               {"datasets": ()}, {"datasets": "aime24"}, {"datasets": (1,)}):  # fmt: skip
+        with pytest.raises(InvalidArgumentError):
+            load_longcot_pool(good, **kw)
