@@ -3,13 +3,15 @@
 * ``decide_speed``: median wall and process-CPU time of ``decide()`` for every policy on
   a view with 1,000 / 10,000 / 100,000 queued requests and 256 running ones (the same
   view each call: a cold decide, no state carried between views helps), the policies
-  alternated within each repeat, and each one's CPU median over FCFS's in the same run
-  (the machine is shared: the ratio is the steadier figure). ``shuffled=True`` adds the
-  10,000 view with its waiting queue in random order (hosts queue by arrival, so the
-  sorted queue is the common case; a shuffled one costs the sorts their full n log n).
-  The view's clock is 100 s, past Dynasor's 60 s starvation bound for every program up
-  to 10,000 requests (they arrive 1 ms apart): ``sjf=True`` adds the 10,000 view at 20 s,
-  where no program is escalated and Dynasor computes its SJF estimate.
+  alternated within each repeat, and each one's CPU median over FCFS's and over
+  ``sort_ref``'s (Python's sort of the waiting queue by arrival and id, a base no policy
+  change moves) in the same run (the machine is shared: the ratio is the steadier
+  figure). ``shuffled=True`` adds the 10,000 view with its waiting queue in random order
+  (hosts queue by arrival, so the sorted queue is the common case; a shuffled one costs
+  the sorts their full n log n). The view's clock is 100 s, past Dynasor's 60 s
+  starvation bound for every program up to 10,000 requests (they arrive 1 ms apart):
+  ``sjf=True`` adds the 10,000 view at 20 s, where no program is escalated and Dynasor
+  computes its SJF estimate.
 * ``sim_speed``: the PASCAL setting (8 instances, the medium rate) on one workload,
   stepped (one policy decision per engine step), exact (the default: the steps a policy
   declares decision-free run as one event, same results) and with the benchmark's
@@ -29,6 +31,7 @@ import _harness
 from reasonserve.core import Phase
 from reasonserve.core.views import RequestView, SchedulerView
 from reasonserve.policies import FCFSPolicy, RoundRobinPolicy
+from reasonserve.policies._order import ordered_plain
 from reasonserve.policies.app_fifo import AppFIFOPolicy
 from reasonserve.policies.dynasor import DynasorPolicy
 from reasonserve.policies.flashtts import PrefixAwarePolicy
@@ -72,13 +75,25 @@ def _decide_times(policies: dict, view: SchedulerView, repeats: int) -> dict:
             wall[name].append(time.perf_counter() - w)
     med = statistics.median
     return {name: {"wall_ms": med(wall[name]) * 1e3, "cpu_ms": med(cpu[name]) * 1e3,
-                   "cpu_vs_fcfs": med(cpu[name]) / med(cpu["fcfs"])} for name in policies}  # fmt: skip
+                   "cpu_vs_fcfs": med(cpu[name]) / med(cpu["fcfs"]),
+                   "cpu_vs_sort": med(cpu[name]) / med(cpu["sort_ref"])} for name in policies}  # fmt: skip
+
+
+class _SortReference:
+    """The ratio base that no policy change moves: Python's sort of the waiting queue by
+    (arrival, request id), the bulk of FCFS's decide before issue #14's speed work."""
+
+    name = "sort_ref"
+
+    def decide(self, view: SchedulerView) -> list:
+        return ordered_plain(view.waiting, "arrival_s")
 
 
 def decide_speed(
     sizes: tuple[int, ...] = (1_000, 10_000, 100_000), shuffled: bool = False, sjf: bool = False
 ) -> dict:
-    policies = {"fcfs": FCFSPolicy(), "round_robin": RoundRobinPolicy(quantum=500), "pascal": PascalPolicy(),
+    policies = {"sort_ref": _SortReference(), "fcfs": FCFSPolicy(),
+                "round_robin": RoundRobinPolicy(quantum=500), "pascal": PascalPolicy(),
                 "dynasor": DynasorPolicy(), "app_fifo": AppFIFOPolicy(), "lpm": LPMPolicy(),
                 "flashtts_prefix": PrefixAwarePolicy()}  # fmt: skip
     cases = [(str(n), big_view(n), 15 if n <= 10_000 else 5) for n in sizes]
@@ -91,7 +106,8 @@ def decide_speed(
     for label, view, repeats in cases:
         out[label] = _decide_times(policies, view, repeats)
         print(f"decide() at {label} waiting + 256 running, median ms wall / CPU (CPU / FCFS's): "
-              + ", ".join(f"{k} {v['wall_ms']:.2f} / {v['cpu_ms']:.2f} ({v['cpu_vs_fcfs']:.2f}x)"
+              + ", ".join(f"{k} {v['wall_ms']:.2f} / {v['cpu_ms']:.2f} ({v['cpu_vs_fcfs']:.2f}x, "
+                          f"{v['cpu_vs_sort']:.2f}x sort)"
                           for k, v in out[label].items()), flush=True)  # fmt: skip
     return out
 

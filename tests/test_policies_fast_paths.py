@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from reasonserve.core import Phase
 from reasonserve.core.decisions import Order, Preempt
 from reasonserve.policies import RequestView, SchedulerView, _ranked
+from reasonserve.policies import _order as order_mod
 from reasonserve.policies import dynasor as dynasor_mod
 from reasonserve.policies import flashtts_prefix as prefix_mod
 from reasonserve.policies._order import argsort_lazily, lex_order, ranked_lazily
@@ -383,3 +384,54 @@ def test_dynasor_history_counts_finished_requests_not_preempted_ones():
     assert policy.step(preempted, seen)[1].history == {}
     finished = SchedulerView(1.0, (), (), 9, 4, 8)
     assert policy.step(finished, seen)[1].history == {"pa": (1, 1)}  # one request, 1 output token
+
+
+# --- ordered: the numpy read of one field --------------------------------------------------
+
+KEYS = st.lists(
+    st.one_of(st.sampled_from([0.0, 1.0, 2.5, 2**60, 2**60 + 1, float("nan")]), st.floats(-1e6, 1e6)),
+    max_size=14,
+)
+
+
+def _queue(keys, field="arrival_s"):
+    return [
+        RequestView(f"q{(7 * i) % 17:02d}", 0.0, Phase.PREFILL, 1, 0, 0)._replace(**{field: k})
+        for i, k in enumerate(keys)
+    ]
+
+
+@settings(max_examples=300, deadline=None)
+@given(KEYS, st.sampled_from(["arrival_s", "enqueued_s"]), st.booleans())
+def test_ordered_equals_the_plain_sort(keys, field, presorted):
+    if presorted and not any(k != k for k in keys):
+        keys = sorted(keys)
+    reqs = _queue(keys, field)
+    assert order_mod.ordered(reqs, field) == order_mod.ordered_plain(reqs, field)
+
+
+@pytest.mark.parametrize(
+    ("keys", "branch"),
+    [
+        ([0.0, 1.0, 2.5], "as_is"),  # strictly increasing: returned as it is
+        ([2.5, 0.0, 1.0], "argsort"),  # distinct: a numpy argsort
+        ([1.0, 0.0, 1.0], "plain"),  # a tie: by request id
+        ([2**60 + 1, 2**60], "plain"),  # distinct ints equal as float64: a tie there
+        ([1.0, float("nan"), 0.0], "plain"),
+        (["10", "9"], "plain"),  # numpy would read these as numbers
+        ([1.0, "x"], "plain"),  # not a number: the plain sort's error
+    ],
+)
+def test_ordered_takes_each_branch(monkeypatch, keys, branch):
+    taken = []
+    plain, argsort = order_mod.ordered_plain, np.argsort
+    monkeypatch.setattr(order_mod, "ordered_plain", lambda *a: taken.append("plain") or plain(*a))
+    monkeypatch.setattr(np, "argsort", lambda *a, **k: taken.append("argsort") or argsort(*a, **k))
+    reqs = _queue(keys)
+    try:
+        got = order_mod.ordered(reqs, "arrival_s")
+    except TypeError:  # str and float do not compare: the plain sort's own error
+        got = None
+    assert taken[-1:] == ([] if branch == "as_is" else [branch])
+    if got is not None:
+        assert got == sorted(reqs, key=lambda r: (r.arrival_s, r.request_id))

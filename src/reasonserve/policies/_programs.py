@@ -21,39 +21,41 @@ _PROGRAM = getter("program_id")
 _ARRIVAL = getter("arrival_s")
 
 
-def _first_index(column: np.ndarray) -> tuple[dict, np.ndarray]:
-    """(each distinct key of ``column`` -> the index of its first occurrence, that index
-    for every entry). Equal keys usually come in runs (a program's requests are queued
-    together), so neighbours are compared in numpy and the dict is filled once a run."""
-    n = len(column)
-    if n == 0:
-        return {}, np.zeros(0, np.intp)
+def _runs(column: np.ndarray) -> tuple[dict, np.ndarray, np.ndarray]:
+    """(each distinct key of ``column`` -> the index of its first occurrence, that index for
+    each run of equal neighbours, each run's start). Equal keys usually come in runs (a
+    program's requests are queued together), so neighbours are compared in numpy and the
+    dict is filled once a run."""
+    if len(column) == 0:
+        return {}, np.zeros(0, np.intp), np.zeros(0, np.intp)
     starts = np.flatnonzero(np.concatenate(([True], np.not_equal(column[1:], column[:-1]))))
     head: dict = {}
     firsts = list(map(head.setdefault, column[starts].tolist(), starts.tolist()))
-    return head, np.repeat(np.asarray(firsts, np.intp), np.diff(starts, append=n))
+    return head, np.asarray(firsts, np.intp), starts
 
 
 class Programs:
     """``requests`` grouped by program (a request without a program is its own program,
     keyed ``"\\x00" + request_id``): ``keys[g]`` is program g's key (in order of first
     appearance), ``codes[i]`` the program of request i, ``min_arrival[g]`` its earliest
-    arrival."""
+    arrival (a minimum per run of neighbours, then per program)."""
 
     def __init__(self, requests: Sequence[RequestView]) -> None:
         self.requests = requests
         n = len(requests)
-        head, codes = _first_index(np.fromiter(map(_PROGRAM, requests), object, n))
+        head, firsts, starts = _runs(np.fromiter(map(_PROGRAM, requests), object, n))
         if None in head:  # requests without a program: each is its own
             own = (r.program_id if r.program_id is not None else "\x00" + r.request_id for r in requests)
-            head, codes = _first_index(np.fromiter(own, object, n))
+            head, firsts, starts = _runs(np.fromiter(own, object, n))
         self.keys: list[str] = list(head)
         dense = np.empty(n, np.intp)
         dense[np.fromiter(head.values(), np.intp, len(head))] = np.arange(len(head))
-        self.codes = dense[codes]
+        run_codes = dense[firsts]
+        self.codes = np.repeat(run_codes, np.diff(starts, append=n))
         self.arrival = np.fromiter(map(_ARRIVAL, requests), np.float64, n)
         self.min_arrival = np.full(len(self.keys), np.inf)
-        np.minimum.at(self.min_arrival, self.codes, self.arrival)
+        if n:
+            np.minimum.at(self.min_arrival, run_codes, np.minimum.reduceat(self.arrival, starts))
 
     @cached_property
     def index(self) -> dict[str, int]:

@@ -92,10 +92,10 @@ def _one_key_fits(n: int, width: int) -> bool:
 def _ranks(paths: Sequence[Sequence[Hashable]], owner: np.ndarray, ints: bool) -> np.ndarray:
     """For each node occurrence (paths flattened; ``owner``: the position of its path),
     the least position of a path that has the node."""
-    flat_nodes = list(chain.from_iterable(paths))
-    rank = _int_ranks(flat_nodes, owner) if ints else None
+    rank = _int_ranks(paths, owner) if ints else None
     if rank is not None:
         return rank
+    flat_nodes = list(chain.from_iterable(paths))
     first: dict = {}
     by_pos = np.argsort(owner, kind="stable")  # occurrences in path order: setdefault keeps the first
     rank = np.empty(len(owner), np.intp)
@@ -104,10 +104,11 @@ def _ranks(paths: Sequence[Sequence[Hashable]], owner: np.ndarray, ints: bool) -
     return rank
 
 
-def _int_ranks(flat_nodes: list, owner: np.ndarray) -> np.ndarray | None:
-    """:func:`_ranks` by one numpy sort when every node is an int64; None otherwise."""
+def _int_ranks(paths: Sequence[Sequence[Hashable]], owner: np.ndarray) -> np.ndarray | None:
+    """:func:`_ranks` by one numpy sort when every node is an int64 (read in one C-level
+    pass straight into numpy); None otherwise."""
     try:
-        flat = np.fromiter(flat_nodes, np.int64, len(flat_nodes))
+        flat = np.fromiter(chain.from_iterable(paths), np.int64, len(owner))
     except (OverflowError, TypeError, ValueError):
         return None
     by_node = np.argsort(flat)
