@@ -99,6 +99,16 @@ def test_selectspec_rank_equals_the_definition(finished, potentials, free_slots,
     assert got == _plain_rank(finished, potentials, free_slots, used)
 
 
+@pytest.mark.parametrize("finished", [["b3", "b1", "b2"], ["b3", "b1", "b3", "b2", "b1"], ("b2", "b2")])
+def test_selectspec_rank_counts_a_repeated_beam_once(finished):
+    """Both branches of the duplicate check: unique ids are ranked as given, repeated ones
+    once each (a beam listed twice must not get twice its M_i branches)."""
+    potentials = {"b1": 2, "b2": 2, "b3": 1}
+    got = SelectSpec(branching=2).rank(finished, potentials, 10)
+    assert got == _plain_rank(finished, potentials, 10, {})
+    assert len(got) == sum(potentials[b] for b in set(finished))
+
+
 def test_selectspec_rank_names_a_bad_potential():
     for bad in (True, 0, 5, 2.0):
         with pytest.raises(InvalidArgumentError, match="potentials"):
@@ -340,7 +350,7 @@ def test_selectspec_rank_rejects_a_bare_id_and_potentials_out_of_range():
     sel = SelectSpec(branching=3)
     with pytest.raises(InvalidTypeError, match="sequence of beam ids"):
         sel.rank("ab", {}, 4)  # would rank beams "a" and "b"
-    for bad in (0, 4, 2.5, True, 10**12):  # 10**12 with free_slots 10**12: a list without end
+    for bad in (0, 4, 2.5, True, 10**12, 10**30, -(10**30)):  # 10**30: beyond int64  # 10**12 with free_slots 10**12: a list without end
         with pytest.raises(InvalidArgumentError, match=r"potentials must be ints in \[1, 3\]"):
             sel.rank(["a"], {"a": bad}, 10**12)
     assert len(sel.rank(["a"], {"a": 3}, 10**12)) == 3

@@ -115,11 +115,13 @@ class SelectSpec:
             raise InvalidTypeError(f"finished must be a sequence of beam ids, got the str {finished[:80]!r}")
         self._check_potentials(potentials)
         used = used or {}
-        beams = list(set(finished))
+        beams = list(finished)
+        if len(set(beams)) < len(beams):  # duplicates: rank each beam once
+            beams = list(set(beams))
         marks = np.fromiter(map(potentials.get, beams, repeat(1)), dtype=np.int64, count=len(beams))
         slots: list[SpecSlot] = []
-        for m in sorted(set(marks.tolist()), reverse=True):  # highest M_i first, ties by beam id
-            bucket = [beams[i] for i in np.flatnonzero(marks == m).tolist()]
+        for m in np.unique(marks)[::-1].tolist():  # highest M_i first, ties by beam id
+            bucket = list(map(beams.__getitem__, np.flatnonzero(marks == m).tolist()))
             # every beam yields >= 1 branch unless ``used`` took them: the first free_slots suffice
             bucket = sorted(bucket) if used else heapq.nsmallest(free_slots - len(slots), bucket)
             for b in bucket:
@@ -133,10 +135,18 @@ class SelectSpec:
         values = list(potentials.values())
         if not values:
             return
-        if set(map(type, values)) == {int} and min(values) >= 1 and max(values) <= self.branching:
-            return  # one C-level pass each; the loop below only names the culprit
+        if set(map(type, values)) == {int} and self._in_range(values):
+            return  # C-level passes; the loop below only names the culprit
         bad = [(b, m) for b, m in potentials.items() if not _is_int(m) or not 1 <= m <= self.branching]
         raise InvalidArgumentError(f"potentials must be ints in [1, {self.branching}], got {bad[0]}")
+
+    def _in_range(self, values: list[int]) -> bool:
+        """Whether every int of ``values`` is in [1, branching] (numpy min and max)."""
+        try:
+            arr = np.fromiter(values, np.int64, len(values))
+        except OverflowError:  # beyond int64: out of range
+            return False
+        return bool(arr.min() >= 1 and arr.max() <= self.branching)
 
     def kept_tokens(self, num_spec_tokens: int, branch: int, rng: random.Random) -> int:
         """Speculative tokens kept by copy ``branch`` of a selected beam (0: the original,
