@@ -17,6 +17,7 @@ from reasonserve.policies import RequestView, SchedulerView, _ranked
 from reasonserve.policies import _order as order_mod
 from reasonserve.policies import dynasor as dynasor_mod
 from reasonserve.policies import flashtts_prefix as prefix_mod
+from reasonserve.policies import lpm as lpm_mod
 from reasonserve.policies._order import argsort_lazily, lex_order, ranked_lazily
 from reasonserve.policies._programs import Programs
 from reasonserve.policies._ranked import decide_ranked
@@ -165,11 +166,31 @@ def test_lpm_equals_its_plain_definition(view):
     assert list(LPMPolicy().decide(view)) == _plain_lpm(view)
 
 
-@settings(max_examples=200, deadline=None)
+@pytest.fixture(params=[0, 2, lpm_mod.COLUMNS], ids=["per-entry", "2-columns", "default"])
+def columns(request, monkeypatch):
+    """Blocks matched column by column before the per-entry walk: none (every match walked
+    per entry), 2 (both, for matches longer than 2) and the default."""
+    monkeypatch.setattr(lpm_mod, "COLUMNS", request.param)
+    return request.param
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=SAME_FIXTURE)
 @given(st.lists(st.lists(st.integers(0, 5), max_size=5).map(tuple), max_size=8), st.sets(st.integers(0, 5)))
-def test_cached_prefix_blocks_equal_the_plain_match(hashes, cached):
+def test_cached_prefix_blocks_equal_the_plain_match(columns, hashes, cached):
     got = cached_prefix_blocks(hashes, cached).tolist()
     assert got == [_plain_match(h, cached) for h in hashes]
+
+
+def test_cached_prefix_blocks_walks_what_the_columns_leave(monkeypatch):
+    """A match longer than COLUMNS is finished per entry; one that ends inside them, or an
+    entry shorter than them, is not walked."""
+    monkeypatch.setattr(lpm_mod, "COLUMNS", 2)
+    walked = []
+    real = lpm_mod.takewhile
+    monkeypatch.setattr(lpm_mod, "takewhile", lambda f, it: walked.append(1) or real(f, it))
+    hashes = [(1, 2, 3, 9), (1, 9, 2), (1,), (1, 2, 3, 4, 5)]
+    assert cached_prefix_blocks(hashes, {1, 2, 3, 4, 5}).tolist() == [3, 1, 1, 5]
+    assert len(walked) == 2  # (1, 2, 3, 9) and (1, 2, 3, 4, 5)
 
 
 def test_cached_prefix_blocks_takes_both_branches():

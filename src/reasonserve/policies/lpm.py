@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from itertools import chain, repeat, takewhile
+from itertools import chain, compress, islice, takewhile
+from operator import itemgetter
 
 import numpy as np
 
@@ -25,14 +26,34 @@ _HASHES = getter("prefix_hashes")
 _ARRIVAL = getter("arrival_s")
 
 
+COLUMNS = 8  # blocks matched column by column before the rest of each match is walked per request
+
+
 def cached_prefix_blocks(hashes: Sequence[tuple[int, ...]], cached: set[int]) -> np.ndarray:
     """Each entry's longest prefix of blocks in ``cached`` (chained hashes: a block
-    matches only if all before it do)."""
+    matches only if all before it do). All cached: the lengths. Otherwise block ``k`` of
+    every entry still matching is looked up in one C-level pass per ``k`` (the candidates
+    shrink at each miss), for the first :data:`COLUMNS` blocks; a match longer than that is
+    finished per entry (``takewhile``, C-level, stops at the first miss)."""
     n = len(hashes)
+    lens = np.fromiter(map(len, hashes), np.intp, n)
     if cached.issuperset(chain.from_iterable(hashes)):  # every block cached: the match is all of it
-        return np.fromiter(map(len, hashes), np.intp, n)
-    prefixes = map(takewhile, repeat(cached.__contains__), hashes)  # C-level, stops at the first miss
-    return np.fromiter(map(len, map(list, prefixes)), np.intp, n)
+        return lens
+    match = np.zeros(n, np.intp)
+    idx, sub, contains = np.arange(n), list(hashes), cached.__contains__
+    for k in range(COLUMNS):
+        keep = lens[idx] > k
+        if not keep.all():
+            idx, sub = idx[keep], list(compress(sub, keep.tolist()))
+        if not sub:
+            return match
+        hit = np.fromiter(map(contains, map(itemgetter(k), sub)), bool, len(sub))
+        if not hit.all():
+            idx, sub = idx[hit], list(compress(sub, hit.tolist()))
+        match[idx] += 1
+    rest = (takewhile(contains, islice(h, COLUMNS, None)) for h in sub)
+    match[idx] += np.fromiter(map(len, map(list, rest)), np.intp, len(sub))
+    return match
 
 
 @dataclass(frozen=True, slots=True)
