@@ -2,10 +2,10 @@
 
 A host may hand a policy tens of thousands of queued requests per step, and on a slow
 CPU every C-level pass over them (one ``map`` of a field getter) costs about 25-40 ns a
-request, so these keep the passes few and leave the rest to numpy: sorts use C-level
-keys (a stable sort by one field; the request-id tie-break is applied only when the
-field has ties), and numpy rankings are read lazily, so a caller that stops once
-admission is blocked pays for little more than the sort.
+request, so these keep the passes few and leave the rest to numpy: a sort by one field
+reads it once into numpy (a queue already in order costs that one pass; the request-id
+tie-break is applied only when the field has ties), and numpy rankings are read lazily,
+so a caller that stops once admission is blocked pays for little more than the sort.
 """
 
 from __future__ import annotations

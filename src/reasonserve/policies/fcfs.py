@@ -31,7 +31,7 @@ class FCFSPolicy:
             free += victim.num_blocks
         if decisions:
             return decisions
-        waiting = ordered(view.waiting, "arrival_s")  # C-level sort; admission stops at the first misfit
+        waiting = ordered(view.waiting, "arrival_s")  # one numpy read; admission stops at the first misfit
         return admit_in_order(view, waiting, free - need, view.max_num_seqs - len(running))
 
     def quiet_steps(self, view: SchedulerView) -> int:

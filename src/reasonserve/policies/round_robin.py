@@ -32,7 +32,7 @@ class RoundRobinPolicy:
     def decide(self, view: SchedulerView) -> Sequence[Decision]:
         # Oldest turn first; the request that has used the most of its quantum yields first.
         running = ordered(view.running, "enqueued_s")
-        waiting = ordered(view.waiting, "enqueued_s")  # C-level sort
+        waiting = ordered(view.waiting, "enqueued_s")  # one numpy read of the field
         decisions: list[Decision] = []
         free = view.free_blocks
         if waiting:
