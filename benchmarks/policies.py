@@ -9,7 +9,8 @@ Migration at the reasoning->answering transition costs 40 ms per 2048 tokens (PA
 §IV-B). The comparison runs exact steps (one policy decision per engine step);
 ``sim_speed`` times exact against coarse steps (``COARSE_STEPS`` decode iterations per
 decision) on the medium-rate PASCAL workload and reports how far the coarse run's
-metrics move.
+metrics move. ``pascal_starving_first`` is PASCAL with an option beyond the paper
+(``PascalPolicy(starving_first=...)``, issue #14), reported beside it, not in the headline.
 
     python benchmarks/policies.py --quick     # 400 requests per rate (a few minutes)
     python benchmarks/policies.py             # 2000 requests per rate
@@ -31,6 +32,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 from _harness import RESULTS, machine
 from _policies_speed import decide_speed, sim_speed
 from reasonserve.policies import FCFSPolicy, RoundRobinPolicy
+from reasonserve.policies.pacer import TokenPacer
 from reasonserve.policies.pascal import PascalPolicy
 from reasonserve.policies.router import LeastKVRouter, PascalRouter
 from reasonserve.sim import SimConfig, load_lengths, poisson_workload, simulate, summarize
@@ -50,6 +52,11 @@ SETUPS = {  # name: (policy factory, router) — baselines place by least KV foo
     "pascal_nonadaptive": (  # ablation (paper §V-D): always migrate to Algorithm 2's choice
         lambda: PascalPolicy(quantum=500, demote_threshold_tokens=5000, mode="swap"),
         PascalRouter(adaptive=False),
+    ),
+    "pascal_starving_first": (  # beyond the paper (issue #14): resume a waiting answer whose reader ran dry
+        lambda: PascalPolicy(quantum=500, demote_threshold_tokens=5000, mode="swap",
+                             starving_first=TokenPacer(CONFIG.tpot_slo_s)),
+        PascalRouter(),
     ),
 }
 PAPER = {

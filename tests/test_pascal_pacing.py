@@ -1,12 +1,16 @@
 """PASCAL's answering phase: a fresh quantum in the low queue, controlled preemption by the
-token pacer's buffer, the pacer's starving check (Algorithm 1's t_i), and the simulator
-handing both to the policy."""
+token pacer's buffer, the low queue using the blocks a blocked reasoning request cannot,
+the ``starving_first`` option, the pacer's starving check (Algorithm 1's t_i), and the
+simulator handing both to the policy."""
 
 from __future__ import annotations
+
+from dataclasses import astuple, replace
 
 import pytest
 
 from reasonserve.core.decisions import Admit, Preempt
+from reasonserve.core.errors import InvalidArgumentError
 from reasonserve.core.phase import Phase
 from reasonserve.core.views import RequestView, SchedulerView
 from reasonserve.policies.pacer import TokenPacer
@@ -115,3 +119,71 @@ def test_the_simulator_hands_answer_tokens_and_pacing_to_the_policy():
     seq.answer_times.append(5.0)  # carried forward as tokens arrive
     assert inst.paced_until(seq) == pytest.approx(5.0)
     assert inst.load(5.05, pacer).answering_slo_ok and not inst.load(5.2, pacer).answering_slo_ok
+
+
+def test_a_blocked_reasoning_request_leaves_the_remaining_blocks_to_the_low_queue():
+    # §IV-B/C: answering requests use the memory left once the high queue has allocated.
+    # "r" needs 12 blocks and only 6 exist beside the running reasoning request: it waits,
+    # and the swapped answering request "w" (4 blocks) resumes in what it cannot use.
+    thinking = RequestView("t", 0.0, Phase.REASONING, 16, 40, 24, num_blocks=6, enqueued_s=1.0)
+    big = RequestView("r", NOW, Phase.PREFILL, 180, 0, 0, blocks_needed=12, enqueued_s=NOW)
+    swapped = _answering("w", num_blocks=0, blocks_needed=4, swapped=True, paced_until_s=NOW - 5)
+    decisions = list(PascalPolicy().decide(_view([big, swapped], [thinking], free_blocks=6)))
+    assert decisions == [Admit("w")]
+    # the reasoning request still outranks it: once the answer's blocks would make it fit,
+    # the running answering request is preempted for it and the waiting one stays out
+    fits = big._replace(blocks_needed=8)
+    running = swapped._replace(num_blocks=4, blocks_needed=0, swapped=False, quantum_used=10)
+    decided = list(PascalPolicy().decide(_view([fits, swapped._replace(request_id="v")], [thinking, running],
+                                               free_blocks=6)))
+    assert decided == [Preempt("w", "swap"), Admit("r")]
+    # within the high queue admission stays head-of-line: a small reasoning request
+    # behind the blocked one does not jump it
+    small = RequestView("s", NOW, Phase.PREFILL, 16, 0, 0, blocks_needed=2, enqueued_s=NOW + 1)
+    assert list(PascalPolicy().decide(_view([big, small], [thinking], free_blocks=6))) == []
+
+
+def test_starving_first_resumes_a_dry_reader_ahead_of_a_buffered_one():
+    # room for one of the two: "b" runs with 30 s buffered, the swapped "w" has run dry
+    buffered = _answering("b", quantum_used=10, num_answer_tokens=10, paced_until_s=NOW + 30)
+    dry = _answering("w", num_blocks=0, blocks_needed=4, swapped=True, paced_until_s=NOW - 1)
+    view = _view([dry], [buffered])
+    assert list(PascalPolicy().decide(view)) == []  # the paper's round-robin: "b" keeps its turn
+    option = PascalPolicy(starving_first=TokenPacer(0.1))
+    assert list(option.decide(view)) == [Preempt("b", "swap"), Admit("w")]
+    # a reader that still has tokens to read (or has no pacer state) waits its turn
+    for reader in (dry._replace(paced_until_s=NOW - 0.05), dry._replace(paced_until_s=None)):
+        assert list(option.decide(_view([reader], [buffered]))) == []
+    # among dry readers the earlier release time goes first; reasoning still outranks them
+    drier = dry._replace(request_id="v", paced_until_s=NOW - 9)
+    assert list(option.decide(_view([dry, drier], [buffered]))) == [Preempt("b", "swap"), Admit("v")]
+    reasoning = RequestView("r", NOW, Phase.PREFILL, 60, 0, 0, blocks_needed=4, enqueued_s=NOW)
+    assert list(option.decide(_view([dry, reasoning], [buffered]))) == [Preempt("b", "swap"), Admit("r")]
+
+
+def test_starving_first_is_stepped_while_a_waiting_reader_may_run_dry():
+    running = _answering("a", quantum_used=10, num_answer_tokens=10)
+    reading = _answering("w", num_blocks=0, blocks_needed=4, paced_until_s=NOW + 5)
+    option = PascalPolicy(quantum=500, starving_first=TokenPacer(0.1))
+    assert option.quiet_steps(_view([reading], [running])) == 1
+    assert PascalPolicy(quantum=500).quiet_steps(_view([reading], [running])) == 490
+    dry = reading._replace(paced_until_s=NOW - 1)  # already dry: it stays so while it waits
+    assert option.quiet_steps(_view([dry], [running])) == 490
+
+
+def test_starving_first_keeps_quiet_stretches_exact():
+    reqs = [SimRequest(f"q{i}", 0.3 * i, 24 + 7 * (i % 5), 30 + 11 * (i % 4), 40 + 13 * (i % 3)) for i in range(14)]
+    cfg = SimConfig(num_instances=1, block_size=4, kv_capacity_tokens=320, max_num_seqs=4, preemption="swap",
+                    model="qwen2.5-7b")  # fmt: skip
+    outcomes = []
+    for skip in (False, True):
+        res = simulate(reqs, replace(cfg, skip_quiet_steps=skip),
+                       lambda: PascalPolicy(quantum=9, demote_threshold_tokens=70, starving_first=TokenPacer(0.1)))
+        outcomes.append(([astuple(s) for s in res.sequences], res.end_s, res.steps))
+    assert outcomes[0] == outcomes[1]
+    assert sum(s[-3] for s in outcomes[0][0]) > 0  # preemptions happened
+
+
+def test_starving_first_must_be_a_pacer():
+    with pytest.raises(InvalidArgumentError, match="starving_first"):
+        PascalPolicy(starving_first=0.1)  # type: ignore[arg-type]

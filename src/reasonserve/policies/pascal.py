@@ -20,6 +20,17 @@ the one preempted when reasoning needs the memory; a request whose reader is sta
 or has no answer token yet ranks first. A host without a pacer (``paced_until_s`` None
 everywhere) gets turn order.
 
+Each queue's admission is head-of-line on its own (§IV-B/§IV-C: answering requests "rely
+on whatever GPU memory remains once the high-priority queue has allocated KV cache space
+for reasoning requests"): a reasoning request that does not fit blocks the reasoning
+requests behind it, not the answering requests, which may use the blocks it cannot. It
+still ranks ahead of every answering request, so it takes their blocks once they would
+make it fit.
+
+``starving_first`` (an option beyond the paper, off by default): a waiting answering
+request whose reader the pacer reports starving (:meth:`TokenPacer.starving` at the
+view's time) ranks ahead of the running answering requests, earliest release time first.
+
 Pure: the ranking is a function of the view (phase, token counts, quantum used, answer
 tokens, pacer release time, enqueue time, id). The token pacer and QoE live in
 :mod:`reasonserve.policies.pacer`; instance placement (Algorithms 1 and 2) in
@@ -28,8 +39,10 @@ tokens, pacer release time, enqueue time, id). The token pacer and QoE live in
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from heapq import merge
+from itertools import repeat
 from operator import attrgetter
 
 from reasonserve.core.decisions import Decision
@@ -38,7 +51,8 @@ from reasonserve.core.phase import Phase
 from reasonserve.core.policy import QUIET_FOREVER
 from reasonserve.core.views import RequestView, SchedulerView
 from reasonserve.policies._order import ordered
-from reasonserve.policies._ranked import decide_segments
+from reasonserve.policies._ranked import _Fill
+from reasonserve.policies.pacer import TokenPacer
 
 __all__ = ["PascalPolicy"]
 
@@ -57,12 +71,16 @@ class PascalPolicy:
     demote_threshold_tokens: int = 5000  # paper §V-A
     mode: str | None = "swap"
     name: str = "pascal"
+    starving_first: TokenPacer | None = None  # beyond the paper: resume starving readers first
 
     def __post_init__(self) -> None:
         _check_int("quantum", self.quantum, 1)
         _check_int("demote_threshold_tokens", self.demote_threshold_tokens, 0)
         if self.mode not in (None, "recompute", "swap"):
             raise InvalidArgumentError(f"mode must be None, 'recompute' or 'swap', got {self.mode!r}")
+        if self.starving_first is not None and not isinstance(self.starving_first, TokenPacer):
+            kind = type(self.starving_first).__name__
+            raise InvalidArgumentError(f"starving_first must be None or a TokenPacer, got {kind}")
 
     def queue(self, r: RequestView) -> int:
         """0 (high: prefill/reasoning) or 1 (low: answering, or demoted reasoning)."""
@@ -100,22 +118,42 @@ class PascalPolicy:
             return r.phase is answering or r.num_prompt_tokens + r.num_output_tokens > limit
 
         (fresh_hi, expired_hi), (fresh_lo, expired_lo) = runs
-        segments = [
+        high = [
             (ordered(fresh_hi, "enqueued_s"), (r for r in waiting if not low(r)), by_turn),
             (ordered(expired_hi, "enqueued_s"), (), by_turn),
+        ]
+        waiting_lo: Iterable[RequestView] = (r for r in waiting if low(r))
+        starving: list[RequestView] = []
+        if self.starving_first is not None:
+            waiting_lo = list(waiting_lo)
+            starving = sorted((r for r in waiting_lo if self._starving(r, view.now_s)), key=_paced)
+            waiting_lo = [r for r in waiting_lo if not self._starving(r, view.now_s)]
+        low_queue = [
+            ((), starving, by_turn),  # empty unless starving_first
             (sorted(fresh_lo, key=_paced), (), by_turn),  # within their quantum: keep their seats
-            ((), (r for r in waiting if low(r)), by_turn),
+            ((), waiting_lo, by_turn),
             (sorted(expired_lo, key=_paced), (), by_turn),
         ]
-        return decide_segments(view, segments, self.mode)
+        return _fill_queues(view, (high, low_queue), self.mode)
+
+    def _starving(self, r: RequestView, now_s: float) -> bool:
+        until = r.paced_until_s
+        return until is not None and self.starving_first.starving(until, now_s)  # type: ignore[union-attr]
 
     def quiet_steps(self, view: SchedulerView) -> int:
         """No decision stays no decision while the ranking holds (the blocks left for the
-        first waiting request only shrink as the batch decodes): with nothing waiting, for
-        ever; else until a running request's quantum expires in a queue with requests
-        waiting, or a running reasoning request passes the demotion threshold."""
+        first waiting request of each queue only shrink as the batch decodes): with nothing
+        waiting, for ever; else until a running request's quantum expires in a queue with
+        requests waiting, or a running reasoning request passes the demotion threshold. With
+        ``starving_first``, one step while a waiting answering reader has not run dry yet
+        (it may at any time)."""
         if not view.waiting:
             return QUIET_FOREVER
+        if self.starving_first is not None and any(  # a reader may start starving at any step
+            self.queue(r) == LOW and r.paced_until_s is not None and not self._starving(r, view.now_s)
+            for r in view.waiting
+        ):
+            return 1
         waits = {self.queue(r) for r in view.waiting}
         steps = QUIET_FOREVER
         for r in view.running:
@@ -126,6 +164,26 @@ class PascalPolicy:
             if queue == HIGH:
                 steps = min(steps, self.demote_threshold_tokens - r.num_tokens + 1)
         return max(1, steps)
+
+
+def _fill_queues(view: SchedulerView, queues, mode: str | None) -> list[Decision]:
+    """The ranked fill of :func:`reasonserve.policies._ranked.decide_segments` over the
+    queues' segments in order, with a head-of-line block that ends at its queue's end."""
+    fill = _Fill(view, mode)
+    for segments in queues:
+        fill.blocked = False  # the low queue uses what the high queue could not
+        for running, waiting, key in segments:
+            left = len(running)  # ties: running first (merge is stable over its inputs)
+            merged = merge(zip(repeat(True), running), zip(repeat(False), waiting), key=lambda t: key(t[1]))
+            for is_running, r in merged:
+                if is_running:
+                    fill.running(r)
+                    left -= 1
+                elif not fill.blocked:
+                    fill.waiting(r)
+                if fill.blocked and not left:
+                    break  # the rest of ``waiting`` is not read
+    return fill.preempts + fill.admits
 
 
 def _paced(r: RequestView) -> tuple:
