@@ -108,6 +108,74 @@ def test_quiet_stretches_change_no_result_in_the_benchmark_settings(name, rate_r
     assert sum(s[-3] for s in seqs) > 0  # preemptions happened (the hard case was exercised)
 
 
+class _Recording:
+    """A router that logs every question it is asked with the loads it is shown."""
+
+    def __init__(self, inner) -> None:
+        self.inner, self.seen = inner, []
+
+    @property
+    def name(self) -> str:
+        return self.inner.name
+
+    def route(self, request, instances):
+        self.seen.append(("route", request, tuple(instances)))
+        return self.inner.route(request, instances)
+
+    def route_transition(self, request, current_id, instances, blocks_needed, *, stay_blocks_needed=None):
+        self.seen.append(("transition", request, current_id, tuple(instances), blocks_needed))
+        return self.inner.route_transition(request, current_id, instances, blocks_needed,
+                                           stay_blocks_needed=stay_blocks_needed)  # fmt: skip
+
+
+def _loads_seen(reqs, cfg, factory, router):
+    """(stepped, quiet) router logs, and how many loads a quiet stretch gave in closed form."""
+    from reasonserve.sim.quiet import QuietRun
+
+    closed = []
+    load_at = QuietRun.load_at
+
+    def counted(self, *args):
+        load = load_at(self, *args)
+        closed.append(load is not None)
+        return load
+
+    logs = []
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(QuietRun, "load_at", counted)
+        for skip in (False, True):
+            rec = _Recording(router)
+            simulate(
+                reqs, dataclasses.replace(cfg, skip_quiet_steps=skip), factory, rec, check_every_step=True
+            )
+            logs.append(rec.seen)
+    return logs, sum(closed), len(closed)
+
+
+@pytest.mark.parametrize("name", ["fcfs", "pascal"])
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(workloads(), st.sampled_from(sorted(ROUTERS)), st.sampled_from([0.001, 0.1, 10.0]))
+def test_routers_see_the_same_loads_with_quiet_stretches(name, work, router, tpot):
+    """Every load a router reads mid-stretch (closed form or settled: a tiny ``tpot`` makes
+    readers starve, so the full pass decides) equals the one stepping shows it."""
+    reqs, cfg = work
+    (stepped, quiet), _, _ = _loads_seen(
+        reqs, dataclasses.replace(cfg, tpot_slo_s=tpot), POLICIES[name], ROUTERS[router]
+    )
+    assert quiet == stepped
+
+
+@pytest.mark.skipif(not (DATA / "serving_traces").is_dir(), reason="needs the shared ServeGen trace")
+def test_routers_see_the_same_loads_in_the_pascal_setting_mostly_in_closed_form():
+    table = load_lengths("servegen", DATA, seed=0)
+    reqs = [r for r in poisson_workload(table, 7.0, 60, seed=0) if r.prompt_tokens + r.output_tokens <= 8000]
+    cfg = SimConfig(num_instances=8, model="qwen2.5-32b", preemption="swap", kv_capacity_tokens=8000)
+    (stepped, quiet), closed, asked = _loads_seen(reqs, cfg, *SETTINGS["pascal"])
+    assert quiet == stepped
+    assert len(stepped) >= 2 * len(reqs) - 10  # every arrival, and (almost) every end of thinking
+    assert closed > asked / 2  # the shortcut is taken, not only its fallback
+
+
 def _sc(pid, arrival, tokens):
     from reasonserve.replay.sc import make_question
     from reasonserve.sim.program_workload import difficulty, prefix_hashes

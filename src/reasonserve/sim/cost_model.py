@@ -71,12 +71,14 @@ class RooflineCostModel:
         attn = 4 * m.num_layers * m.hidden_size
         peak = self.hardware.peak_flops * self.compute_efficiency
         bandwidth = self.hardware.memory_bandwidth_bytes_s * self.bandwidth_efficiency
+        weights, kv, overhead = m.weight_bytes, m.kv_bytes_per_token, self.step_overhead_s
+        params, half = 2 * m.num_params * batch, batch / 2  # the same float operations as step_s
         out = []
         for i in range(iterations):
             context = context_sum + i * batch
-            flops = 2 * m.num_params * batch + attn * (context + batch / 2)
-            bytes_ = m.kv_bytes_per_token * (context + batch) + m.weight_bytes
-            out.append(max(flops / peak, bytes_ / bandwidth) + self.step_overhead_s)
+            compute = (params + attn * (context + half)) / peak
+            memory = (kv * (context + batch) + weights) / bandwidth
+            out.append((compute if compute >= memory else memory) + overhead)
         return out
 
     def decode_iterations_exact(self, batch: int, context_sum: int, iterations: int) -> bool:

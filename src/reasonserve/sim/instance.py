@@ -22,6 +22,9 @@ from reasonserve.sim.workload import SimRequest
 
 __all__ = ["SimInstance"]
 
+_PREFILL, _REASONING, _ANSWERING = Phase.PREFILL, Phase.REASONING, Phase.ANSWERING
+_new_view = tuple.__new__  # a RequestView from its 18 fields, without the keyword-handling constructor
+
 
 class SimInstance:
     def __init__(
@@ -58,18 +61,18 @@ class SimInstance:
     def request_view(self, s: SimSequence) -> RequestView:
         """``s`` (waiting or running) as the policy sees it."""
         r, out, size = s.req, s.num_output, self.config.block_size
-        if out == 0:
-            phase = Phase.PREFILL
-        else:
-            phase = Phase.REASONING if out < r.reasoning_tokens else Phase.ANSWERING
+        reasoning = r.reasoning_tokens
+        phase = _PREFILL if out == 0 else _REASONING if out < reasoning else _ANSWERING
         if s.status == "running":
             need, quantum = -(-(r.prompt_tokens + out) // size) - s.num_blocks, s.quantum_used
         else:
             need, quantum = -(-(s.num_computed if s.swapped else r.prompt_tokens + out) // size), 0
-        return RequestView(r.request_id, r.arrival_s, phase, r.prompt_tokens, s.num_computed, out, 0,
-                           s.num_blocks, max(0, need), s.enqueued_s, quantum,
-                           r.reasoning_tokens + r.answer_tokens, r.program_id, r.prefix_hashes, False,
-                           s.swapped, len(s.answer_times), self.paced_until(s))  # fmt: skip
+        times = s.answer_times
+        return _new_view(RequestView, (
+            r.request_id, r.arrival_s, phase, r.prompt_tokens, s.num_computed, out, 0, s.num_blocks,
+            need if need > 0 else 0, s.enqueued_s, quantum, reasoning + r.answer_tokens, r.program_id,
+            r.prefix_hashes, False, s.swapped, len(times), self.paced_until(s) if times else None,
+        ))  # fmt: skip
 
     def paced_until(self, s: SimSequence) -> float | None:
         """When the pacer has released ``s``'s answer tokens so far (carried forward)."""
@@ -116,6 +119,18 @@ class SimInstance:
         return InstanceLoad(
             self.instance_id, used + self.host_blocks, not behind, reasoning, fresh, self.free_blocks
         )
+
+    def observed_load(self, now_s: float, inclusive: bool, pacer: TokenPacer) -> InstanceLoad:
+        """:meth:`load` at an observation at ``now_s`` (see :meth:`settle`); a quiet stretch
+        answers in closed form where it can (:meth:`QuietRun.load_at`), without applying
+        its iterations yet."""
+        run = self.run
+        if isinstance(run, QuietRun):
+            load = run.load_at(self, run.processed(now_s, inclusive), now_s, pacer)
+            if load is not None:
+                return load
+        self.settle(now_s, inclusive)
+        return self.load(now_s, pacer)
 
     # one step --------------------------------------------------------------------------
     def finish_run(self, now_s: float) -> None:

@@ -24,6 +24,8 @@ from typing import TYPE_CHECKING
 
 from reasonserve.core.policy import quiet_steps
 from reasonserve.core.views import SchedulerView
+from reasonserve.policies.pacer import TokenPacer
+from reasonserve.policies.router import InstanceLoad
 from reasonserve.sim.sequence import SimSequence
 
 if TYPE_CHECKING:
@@ -87,18 +89,19 @@ class QuietRun:
     """``work``: (sequence, 1) for every running request, in hand-out order; ``ends``:
     each iteration's token timestamp; ``times``: the step event that ends it."""
 
-    __slots__ = ("applied", "ends", "times", "work")
+    __slots__ = ("_summary", "applied", "ends", "times", "work")
 
     def __init__(self, work: Work, start_s: float, durations: list[float]) -> None:
-        self.work, self.applied = work, 0
-        self.ends: list[float] = []
-        self.times: list[float] = []
+        self.work, self.applied, self._summary = work, 0, None
+        ends: list[float] = []
+        times: list[float] = []
         now = start_s
         for d in durations:
             end = now + d
-            self.ends.append(end)
+            ends.append(end)
             now = now + (end - now)
-            self.times.append(now)
+            times.append(now)
+        self.ends, self.times = ends, times
 
     @property
     def end_s(self) -> float:
@@ -152,3 +155,64 @@ class QuietRun:
                 free -= grow
                 s.num_blocks += grow
         inst.free_blocks = free
+
+    def load_at(self, inst: SimInstance, upto: int, now_s: float, pacer: TokenPacer) -> InstanceLoad | None:
+        """What ``inst.load(now_s, pacer)`` reports after ``catch_up(inst, upto)``, without
+        applying the iterations; None unless computable so (then settle and ask ``inst``).
+
+        Closed form while ``applied < upto``: anything but :meth:`catch_up` that changes the
+        instance during a stretch (an arrival, a stop, a landing) first cuts the stretch to
+        what is applied, so the instance is the stretch's own doing here. Between its first
+        and its last iteration no request finishes or ends its thinking (the stretch stops at
+        the first), so the phases hold, every running request has computed tokens since its
+        admission (none is fresh), and the blocks grow at block boundaries
+        (:meth:`_LoadSummary.growth`). A running answering request's reader has its latest
+        token, from iteration ``upto - 1``: it is not starving while ``now_s`` is within
+        ``tpot`` of that token (else None: the full pass decides)."""
+        if upto <= self.applied or now_s >= self.ends[upto - 1] + pacer.tpot_s:
+            return None
+        summary = self._summary
+        if summary is None or summary.base != self.applied:
+            summary = self._summary = _LoadSummary(inst, self, pacer)
+        free = inst.free_blocks - summary.growth(upto - self.applied)
+        until = summary.waiting_until
+        slo_ok = until is None or not pacer.starving(until, now_s)
+        footprint = inst.total_blocks - free + inst.host_blocks
+        return InstanceLoad(inst.instance_id, footprint, slo_ok, summary.reasoning, summary.fresh, free)
+
+
+class _LoadSummary:
+    """A stretch's load terms that hold from its next iteration to its last (see
+    :meth:`QuietRun.load_at`), taken when ``base`` iterations were applied."""
+
+    __slots__ = ("base", "fresh", "reasoning", "thresholds", "waiting_until")
+
+    def __init__(self, inst: SimInstance, run: QuietRun, pacer: TokenPacer) -> None:
+        self.base = run.applied
+        size, most = inst.config.block_size, len(run.times) - run.applied
+        reasoning = fresh = 0
+        thresholds: list[int] = []
+        for s in inst.running:  # exactly the stretch's requests (no decision changed them)
+            if s.num_output < s.req.reasoning_tokens:
+                reasoning += 1
+            # its m-th new block: once c + k + 1 > (b + m - 1) * size, k iterations from now
+            thresholds += range(s.num_blocks * size - s.num_computed, most, size)
+        waiting_until: float | None = None
+        for s in inst.waiting:
+            out = s.num_output
+            if out == 0 or out < s.req.reasoning_tokens:
+                reasoning += 1
+                continue
+            fresh += 1
+            if s.answer_times:
+                until = inst.paced_until(s)
+                if waiting_until is None or until < waiting_until:  # type: ignore[operator]
+                    waiting_until = until
+        thresholds.sort()
+        self.reasoning, self.fresh, self.thresholds = reasoning, fresh, thresholds
+        self.waiting_until = waiting_until
+
+    def growth(self, k: int) -> int:
+        """Blocks the running requests take in ``k`` more iterations (and the one after,
+        which is in progress then and holds the block its token needs)."""
+        return bisect_right(self.thresholds, k)

@@ -120,9 +120,9 @@ class _Loop:
         self.scheduled[k] = True
 
     def loads(self, now: float) -> list:
-        for k, inst in enumerate(self.instances):  # the iterations that ended by now have happened
-            inst.settle(now, self.seen(k, now))
-        return [inst.load(now, self.pacer) for inst in self.instances]
+        """Every instance's load after the iterations that ended by ``now``."""
+        pacer = self.pacer
+        return [inst.observed_load(now, self.seen(k, now), pacer) for k, inst in enumerate(self.instances)]
 
     def target(self, chosen: object) -> int:
         k = self.index.get(str(chosen))
