@@ -287,9 +287,10 @@ class SimInstance:
             first = [self.by_id[rid] for rid in plan.order if self.by_id[rid].status == "running"]
             named = set(plan.order)
             rest = [s for s in self.running if s.request_id not in named]
-        tail = [(s, s.req.prompt_tokens + s.num_output - s.num_computed) for s in rest]
         queue = [(s, s.req.prompt_tokens + s.num_output - s.num_computed) for s in first]
-        queue += [x for x in tail if x[1] <= 1] + [x for x in tail if x[1] > 1]
+        tail = [(s, s.req.prompt_tokens + s.num_output - s.num_computed) for s in rest]
+        decodes = [x for x in tail if x[1] <= 1]
+        queue += tail if len(decodes) == len(tail) else decodes + [x for x in tail if x[1] > 1]
         size, free, budgets = self.config.block_size, self.free_blocks, plan.budgets
         budget, out = self.config.max_num_batched_tokens, []
         for s, left in queue:

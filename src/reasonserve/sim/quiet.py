@@ -22,7 +22,7 @@ from __future__ import annotations
 from bisect import bisect_left, bisect_right
 from typing import TYPE_CHECKING
 
-from reasonserve.core.policy import quiet_steps
+from reasonserve.core.policy import QUIET_FOREVER, quiet_steps
 from reasonserve.core.views import SchedulerView
 from reasonserve.policies.pacer import TokenPacer
 from reasonserve.policies.router import InstanceLoad
@@ -43,10 +43,14 @@ def start_quiet(inst: SimInstance, view: SchedulerView, work: Work, now_s: float
     c = inst.config
     if not c.skip_quiet_steps or c.decode_steps_per_event > 1 or len(work) != len(inst.running):
         return None
-    left = [s.req.prompt_tokens + s.num_output - s.num_computed for s, _ in work]
-    if left.count(1) != len(left):  # decodes only (or one-token prefill tails)
-        return None
-    to_event = min(map(SimSequence.tokens_to_event, inst.running))  # a finish or an end of thinking
+    to_event = QUIET_FOREVER  # a finish or an end of thinking
+    for s, _ in work:  # every running request
+        req, out = s.req, s.num_output
+        if req.prompt_tokens + out - s.num_computed != 1:  # decodes only (or one-token prefill tails)
+            return None
+        think = req.reasoning_tokens - out
+        left = req.output_tokens - out if think <= 0 else min(think, req.output_tokens - out)
+        to_event = left if left < to_event else to_event  # SimSequence.tokens_to_event
     limit = min(quiet_steps(inst.policy, view), to_event)
     if limit > 1:
         limit = _fitting_iterations(work, limit, c.block_size, inst.free_blocks)
