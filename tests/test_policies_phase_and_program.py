@@ -1,5 +1,5 @@
 """PASCAL, Dynasor, App-FIFO and LPM on generated views: pure, within capacity, phase and
-program ordering as the papers define it; Dynasor's starvation bound in the simulator."""
+program ordering as the papers define it (PASCAL's low queue using what the high queue left); Dynasor's starvation bound in the simulator."""
 
 import random
 
@@ -96,6 +96,25 @@ def test_pascal_gives_the_high_queue_kv_priority(view, quantum, threshold):
         if r.request_id in preempted:  # requests left cannot hold it (so low never outranks high)
             blocks, seats = _kept_before(policy, view, r, admitted, preempted)
             assert r.num_blocks + r.blocks_needed > blocks or seats < 1
+
+
+@settings(max_examples=300)
+@given(VIEWS, st.integers(1, 20), st.integers(0, 300))
+def test_pascal_low_queue_uses_what_a_blocked_reasoning_request_cannot(view, quantum, threshold):
+    # §IV-B/C: answering requests get whatever the high queue has not allocated; a waiting
+    # answering request is left out only if the requests ranked ahead of it left too little
+    policy = PascalPolicy(quantum=quantum, demote_threshold_tokens=threshold)
+    admitted, preempted = _split(policy.decide(view))
+    left = [r for r in view.waiting if policy.queue(r) == 1 and r.request_id not in admitted]
+    if not left:
+        return
+    first = min(left, key=lambda r: policy.rank_key(r, False))
+    key = policy.rank_key(first, False)
+    kept = [x for x in view.running if x.request_id not in preempted and policy.rank_key(x, True) < key]
+    adm = [x for x in view.waiting if x.request_id in admitted and policy.rank_key(x, False) < key]
+    taken = sum(x.num_blocks + x.blocks_needed for x in kept) + sum(x.blocks_needed for x in adm)
+    blocks = view.free_blocks + sum(x.num_blocks for x in view.running) - taken
+    assert first.blocks_needed > blocks or len(kept) + len(adm) >= view.max_num_seqs
 
 
 @settings(max_examples=200)
