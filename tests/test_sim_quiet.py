@@ -176,6 +176,37 @@ def test_routers_see_the_same_loads_in_the_pascal_setting_mostly_in_closed_form(
     assert closed > asked / 2  # the shortcut is taken, not only its fallback
 
 
+class _Pinned:
+    """Places request ``x-k`` on instance ``k``; answering phases stay."""
+
+    name = "pinned"
+
+    def route(self, request, instances):
+        return request.request_id.rsplit("-", 1)[1]
+
+    def route_transition(self, request, current_id, instances, blocks_needed, *, stay_blocks_needed=None):
+        return current_id
+
+
+@pytest.mark.parametrize("first_thinks", [50, 20])
+def test_a_transition_sees_the_virtual_steps_of_lower_instances_at_its_time(first_thinks):
+    """Ties across instances: three identical batches step at identical times; instance 2's
+    request ends its thinking at T (a real step) while instance 1 (and 0, when it thinks
+    50 tokens) is mid-stretch with a virtual step at T. The transition's load reads count
+    the lower instances' steps at T (the event loop runs ties in instance order), as
+    stepping does; the prompt length moves T across KV block boundaries."""
+    for prompt in range(8, 60):
+        reqs = [SimRequest("a-0", 0.0, prompt, first_thinks, 70 - first_thinks),
+                SimRequest("a-1", 0.0, prompt, 50, 20), SimRequest("a-2", 0.0, prompt, 20, 50)]  # fmt: skip
+        cfg = SimConfig(num_instances=3, model="qwen2.5-7b", kv_capacity_tokens=4096)
+        runs = []
+        for skip in (False, True):
+            rec = _Recording(_Pinned())
+            res = simulate(reqs, dataclasses.replace(cfg, skip_quiet_steps=skip), FCFSPolicy, rec)
+            runs.append((rec.seen, _outcome(res)))
+        assert runs[1] == runs[0], prompt
+
+
 def _sc(pid, arrival, tokens):
     from reasonserve.replay.sc import make_question
     from reasonserve.sim.program_workload import difficulty, prefix_hashes
