@@ -204,3 +204,35 @@ def test_the_budget_exit_returns_the_latest_answer_at_the_last_probe_before_the_
     off = never.with_threshold(0.99)
     off = LogisticStopRule(off.weights, off.means, off.scales, off.bias, 0.99, budget_exit=False)
     assert not off.start().observe(ProbeObservation(192, "3", budget_tokens=256)).stop
+
+
+def test_a_warm_up_moves_the_threshold_to_the_same_quantile_of_the_hosts_scores():
+    rng = random.Random(3)
+    trajs = [_trajectory(rng, p) for p in range(60)]
+    items = stop_training.streams(trajs)
+    fitted = stop_training.fit_rule(items, tolerance=0.05)
+    assert fitted.threshold_quantile == stop_training.threshold_quantile(fitted, items, fitted.threshold)
+    middle = float(np.median(fitted.answered_scores(t.observations() for t in trajs)))
+    rule = fitted.with_threshold(middle, quantile=stop_training.threshold_quantile(fitted, items, middle))
+    level = rule.threshold_quantile
+    assert level is not None and 0.3 < level < 0.7
+    assert LogisticStopRule.from_json(rule.to_json()).threshold_quantile == level
+    programs = [t.observations() for t in trajs]
+    scores = np.array(rule.answered_scores(programs))
+    assert len(scores) == sum(int((s.current >= 0).sum()) for s in items)
+    assert np.mean(scores < rule.threshold) == level
+    # On the development programs themselves the warm-up threshold makes the same decisions.
+    same = rule.for_warmup(programs)
+    assert [online_first_stop(same, t) for t in trajs] == [online_first_stop(rule, t) for t in trajs]
+    # A host whose scores run higher (every logit shifted up) gets a higher threshold at the same quantile.
+    shifted = LogisticStopRule(rule.weights, rule.means, rule.scales, rule.bias + 2.0, rule.threshold,
+                               threshold_quantile=level)  # fmt: skip
+    moved = shifted.for_warmup(programs)
+    host = np.array(shifted.answered_scores(programs))
+    assert moved.threshold > rule.threshold and abs(np.mean(host < moved.threshold) - level) <= 1 / len(host)
+    with pytest.raises(InvalidArgumentError):
+        rule.with_threshold(rule.threshold).for_warmup(programs)  # no quantile recorded
+    with pytest.raises(InvalidArgumentError):
+        rule.for_warmup([[ProbeObservation(64, None)]])  # nothing answered
+    with pytest.raises(InvalidArgumentError):
+        rule.with_threshold(0.5, quantile=1.5)

@@ -29,4 +29,5 @@ DEFAULT_RULE = {'features': ['log_position', 'log_run_tokens', 'run_fraction', '
  'bias': 1.763729650012192,
  'threshold': 0.9910520622694641,
  'name': 'learned (shipped, tolerance 0.5 pt)',
- 'budget_exit': True}
+ 'budget_exit': True,
+ 'threshold_quantile': 0.887364597638504}

@@ -43,6 +43,7 @@ __all__ = [
     "held_out_scores",
     "streams",
     "sweep",
+    "threshold_quantile",
 ]
 
 TOLERANCES = (0.0, 0.005, 0.01, 0.02)
@@ -180,8 +181,19 @@ def fit_rule(items: Sequence[Stream], tolerance: float, delta: float = DELTA) ->
     """Fit the logistic score on ``items`` and calibrate its threshold on them."""
     rule = fit_logistic(*_training_rows(items))
     scores = [_scores(rule, s) for s in items]
-    return rule.with_threshold(min(1.0, _calibrated(items, scores, _grid(scores), tolerance, delta)),
-                               name=f"learned (tolerance {100 * tolerance:g} pt)")  # fmt: skip
+    threshold = min(1.0, _calibrated(items, scores, _grid(scores), tolerance, delta))
+    return rule.with_threshold(threshold, f"learned (tolerance {100 * tolerance:g} pt)",
+                               threshold_quantile(rule, items, threshold))  # fmt: skip
+
+
+def threshold_quantile(rule: LogisticStopRule, items: Sequence[Stream], threshold: float) -> float:
+    """The share of ``items``' answered probes whose score is below ``threshold``."""
+    answered = [s.features[s.current >= 0] for s in items if len(s.features)]
+    x = np.vstack(answered) if answered else np.zeros((0, len(FEATURE_NAMES)))
+    if not len(x):
+        raise InvalidArgumentError("no answered probes to place a threshold among")
+    scores = np.array([rule.score(row) for row in x])
+    return float(np.mean(scores < threshold))
 
 
 @dataclass(frozen=True)
@@ -298,7 +310,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     folders = sorted(p for p in glob.glob(pattern) if pathlib.Path(p).is_dir())
     items = streams([t for f in folders for t in load_run(f)])
     rule = fit_rule(items, args.tolerance, args.delta)
-    rule = rule.with_threshold(rule.threshold, f"learned (shipped, tolerance {100 * args.tolerance:g} pt)")
+    rule = rule.with_threshold(rule.threshold, f"learned (shipped, tolerance {100 * args.tolerance:g} pt)",
+                               rule.threshold_quantile)
     source = (f"Fitted by `python -m reasonserve.replay.stop_training --data {args.data} "
               f"--tolerance {args.tolerance} --delta {args.delta}\n--out {args.out}` on {len(items)} "
               f"trajectories from {len(folders)} probe runs.")  # fmt: skip
