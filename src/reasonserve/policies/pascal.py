@@ -98,6 +98,8 @@ class PascalPolicy:
         return min(used, over) if over > 0 and r.num_prompt_tokens <= self.demote_threshold_tokens else used
 
     def rank_key(self, r: RequestView, running: bool) -> tuple:
+        """``decide``'s ranking as a sort key (without ``starving_first``, which reads the
+        view's time; admission stays head-of-line per queue)."""
         queue = self.queue(r)
         expired = running and self.quantum_used(r) >= self.quantum
         if queue == HIGH:
