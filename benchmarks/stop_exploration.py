@@ -1,0 +1,418 @@
+"""Early-exit exploration (issue #16): the numbers of docs/benchmarks.md, "Early exit" subsection.
+
+Usage: ``python benchmarks/stop_exploration.py [--data ../shared/data] [--cache PATH] [--only NAME]``.
+Experiments (``--only``, repeatable; all by default): ``ceiling`` (in-sample frontiers), ``oracles``,
+``hopeless`` (the "going nowhere" measurements and the combined exit rule), ``scale_free`` (thresholds
+carried as quantiles, per-model standardised features), ``escot`` (ES-CoT-style features). Everything
+goes through the library's code path (``stop_training.streams``, ``sweep``, the risk test,
+``fit_logistic``); held-out numbers leave one model out. The probe streams take about a minute to build;
+``--cache`` keeps them in a pickle (rebuilt when missing).
+"""
+
+from __future__ import annotations
+
+import argparse
+import pathlib
+import pickle
+import time
+
+import numpy as np
+
+from reasonserve.certainindex.stop_features import FEATURE_NAMES
+from reasonserve.certainindex.stop_learned import fit_logistic
+from reasonserve.certainindex.stopping import default_rule
+from reasonserve.replay.probe_runs import load_run
+from reasonserve.replay.stop_training import (
+    DELTA,
+    TOLERANCES,
+    _chosen,
+    _grid,
+    _scores,
+    _training_rows,
+    agree_runs,
+    budget_exit,
+    streams,
+    sweep,
+    threshold_quantile,
+)
+
+HOPELESS_QUANTILES = (None, 0.999, 0.995, 0.99, 0.98, 0.97, 0.95)
+
+
+# ---------------------------------------------------------------- data
+
+
+def load_streams(data: pathlib.Path, cache: pathlib.Path | None) -> list:
+    if cache is not None and cache.exists():
+        with open(cache, "rb") as f:
+            return pickle.load(f)
+    t0 = time.time()
+    folders = sorted(p for p in (data / "probes").iterdir() if p.is_dir())
+    items = streams([tr for folder in folders for tr in load_run(str(folder))])
+    print(f"built {len(items)} streams in {time.time() - t0:.0f} s", flush=True)
+    if cache is not None:
+        with open(cache, "wb") as f:
+            pickle.dump(items, f)
+    return items
+
+
+def model_of(s) -> str:
+    return s.group[0]
+
+
+def split(items: list, model: str) -> tuple[list, list]:
+    return [s for s in items if model_of(s) != model], [s for s in items if model_of(s) == model]
+
+
+def models(items: list) -> list[str]:
+    return sorted({model_of(s) for s in items})
+
+
+# ---------------------------------------------------------------- scores
+
+
+def sigmoid(z: np.ndarray) -> np.ndarray:
+    return 1 / (1 + np.exp(-np.clip(z, -700, 700)))
+
+
+def raw_scores(rule, s) -> np.ndarray:
+    """The logistic score per probe (no answer gating, no running maximum), vectorised."""
+    z = rule.bias + ((s.features - np.array(rule.means)) / np.array(rule.scales)) @ np.array(rule.weights)
+    return sigmoid(z)
+
+
+def logit_scores(rule, s) -> np.ndarray:
+    """Vectorised ``stop_training._scores`` for a budget-exit rule."""
+    if not len(s.features):
+        return np.zeros(0)
+    return budget_exit(np.where(s.current >= 0, raw_scores(rule, s), -1.0), s)
+
+
+def hopeless_rows(items: list):
+    """Training rows labelled "the full run's final answer is wrong"."""
+    x, _, w = _training_rows(items)
+    y = np.concatenate([np.full(len(s.features), float(not s.trajectory.final_correct))
+                        for s in items if len(s.features)])  # fmt: skip
+    return x, y, w
+
+
+def auc(labels: np.ndarray, scores: np.ndarray) -> float:
+    """Area under the ROC curve (Mann-Whitney, ties counted half)."""
+    order = np.argsort(scores, kind="mergesort")
+    ranks = np.empty(len(scores))
+    sorted_scores = scores[order]
+    i = 0
+    while i < len(scores):
+        j = i
+        while j + 1 < len(scores) and sorted_scores[j + 1] == sorted_scores[i]:
+            j += 1
+        ranks[order[i : j + 1]] = (i + j) / 2 + 1
+        i = j + 1
+    pos = labels.astype(bool)
+    n_pos, n_neg = pos.sum(), (~pos).sum()
+    return float((ranks[pos].sum() - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg))
+
+
+# ---------------------------------------------------------------- evaluation
+
+
+def fmt(o) -> str:
+    return f"{100 * o.savings:.1f}% at {-100 * o.accuracy_loss:+.2f}"
+
+
+def frontier(items: list, scores: list, n: int = 300) -> list[str]:
+    """In-sample best empirical savings within each tolerance (no confidence bound)."""
+    fin = np.concatenate([sc[np.isfinite(sc)] for sc in scores if len(sc)])
+    grid = sorted(set(np.quantile(fin, np.linspace(0, 1, n)).tolist()) | {np.inf}, reverse=True)
+    res = sweep(items, scores, grid)
+    out = []
+    for tol in TOLERANCES:
+        best = max((o for _, o in res if o.accuracy_loss <= tol + 1e-12), key=lambda o: o.savings)
+        out.append(fmt(best))
+    return out
+
+
+def report(name: str, outs: dict) -> None:
+    """Print pooled and per-held-out-model results, ``outs[tol]`` a list over held-out models."""
+    print(name)
+    for t in TOLERANCES:
+        pooled = outs[t][0] + outs[t][1]
+        per_model = "; ".join(fmt(o) for o in outs[t])
+        print(f"  tol {100 * t:g} pt: {fmt(pooled)}  (per held-out model: {per_model})")
+
+
+def lomo(items: list, fit, score, threshold=None) -> dict:
+    """Leave one model out: ``fit(train)``, ``score(fitted, s)``; the risk test picks the threshold,
+    ``threshold(fitted, train, test, train_scores, test_scores, th)`` may move it for the held-out model."""
+    outs = {t: [] for t in TOLERANCES}
+    for m in models(items):
+        train, test = split(items, m)
+        fitted = fit(train)
+        trs, tes = [score(fitted, s) for s in train], [score(fitted, s) for s in test]
+        risks = [r for r, _ in sweep(train, trs, _grid(trs))]
+        for t in TOLERANCES:
+            th = _chosen(risks, t, DELTA)
+            if threshold is not None:
+                th = threshold(fitted, train, test, trs, tes, th)
+            outs[t].append(sweep(test, tes, [th])[0][1])
+    return outs
+
+
+def fit_default(train: list):
+    return fit_logistic(*_training_rows(train))
+
+
+# ---------------------------------------------------------------- experiments
+
+
+def ceiling(items: list) -> None:
+    """In-sample frontiers: fitted and scored on all runs, per model, and k-agree with the budget exit."""
+    rule = fit_default(items)
+    print("best savings within 0 / 0.5 / 1 / 2 pt, empirical loss, in-sample")
+    print("  logistic + budget exit, fitted on all:", frontier(items, [logit_scores(rule, s) for s in items]))
+    for m in models(items):
+        _, its = split(items, m)
+        own = fit_default(its)
+        print(f"  {m}, fitted on itself:", frontier(its, [logit_scores(own, s) for s in its]))
+    print("  k-agree + budget exit:", frontier(items, [budget_exit(agree_runs(s), s) for s in items]))
+
+
+def oracle(items: list, hopeless: bool) -> tuple[float, float]:
+    """Exit at the first probe equal to the final answer; with ``hopeless``, cut every eventually-wrong
+    run at its first answered probe. Returns (savings, accuracy change)."""
+    total = sum(s.trajectory.tokens_used for s in items)
+    cost = correct = 0
+    for s in items:
+        tr = s.trajectory
+        pos = np.array(tr.positions)
+        if hopeless and not tr.final_correct and len(pos) and (s.current >= 0).any():
+            i = int(np.argmax(s.current >= 0))
+            cost, correct = cost + pos[i], correct + s.right[i]
+            continue
+        equal = np.where(s.current == tr.final_class)[0] if tr.final_class >= 0 else []
+        if len(equal):
+            cost, correct = cost + pos[equal[0]], correct + tr.final_correct
+        else:
+            cost, correct = cost + tr.tokens_used, correct + tr.final_correct
+    base = sum(s.trajectory.final_correct for s in items)
+    return 1 - cost / total, (correct - base) / len(items)
+
+
+def oracles(items: list) -> None:
+    for name, hopeless in (("first probe equal to the final", False), ("+ wrong runs cut at once", True)):
+        sv, dacc = oracle(items, hopeless)
+        print(f"oracle, {name}: savings {100 * sv:.1f}%, accuracy {100 * dacc:+.2f} pt")
+
+
+def wrong_run_stats(items: list) -> None:
+    for m in [*models(items), None]:
+        its = items if m is None else split(items, m)[1]
+        tok = np.array([s.trajectory.tokens_used for s in its])
+        fc = np.array([s.trajectory.final_correct for s in its])
+        print(f"{m or 'all'}: {len(its)} runs, wrong {100 * (~fc).mean():.1f}%, wrong runs' share of tokens "
+              f"{100 * tok[~fc].sum() / tok.sum():.1f}%, mean tokens right {tok[fc].mean():.0f} "
+              f"wrong {tok[~fc].mean():.0f}")  # fmt: skip
+
+
+def at_share(s, q: float) -> int:
+    return min(len(s.right) - 1, int(q * len(s.right)))
+
+
+def current_answer_and_auc(items: list) -> None:
+    """Is the current answer right at 25/50/75% of the length; held-out AUC of a "will be wrong" score."""
+    for m in models(items):
+        train, its = split(items, m)
+        h = fit_logistic(*hopeless_rows(train))
+        for q in (0.25, 0.5, 0.75):
+            wrong = [s.right[at_share(s, q)] for s in its if not s.trajectory.final_correct and len(s.right)]
+            right = [s.right[at_share(s, q)] for s in its if s.trajectory.final_correct and len(s.right)]
+            with_probes = [s for s in its if len(s.features)]
+            hs = np.array([raw_scores(h, s)[at_share(s, q)] for s in with_probes])
+            ys = np.array([not s.trajectory.final_correct for s in with_probes])
+            print(
+                f"{m} at {q:.0%} of length: current answer right on wrong runs {100 * np.mean(wrong):.1f}%,"
+                f" on right runs {100 * np.mean(right):.1f}%; held-out AUC(final wrong) {auc(ys, hs):.3f}"
+            )
+
+
+def shipped_on_wrong_runs(items: list) -> None:
+    rule = default_rule()
+    wrong = [s for s in items if not s.trajectory.final_correct]
+    exited = saved = total = 0
+    for s in wrong:
+        sc = logit_scores(rule, s)
+        j = np.searchsorted(sc, rule.threshold) if len(sc) else 0
+        total += s.trajectory.tokens_used
+        if len(sc) and j < len(sc):
+            exited, saved = exited + 1, saved + s.trajectory.tokens_used - s.trajectory.positions[j]
+    print(
+        f"default_rule() on the {len(wrong)} wrong runs: exits {exited}, saves {100 * saved / total:.1f}% "
+        "of their tokens"
+    )
+
+
+def combine(settle: np.ndarray, hopeless: np.ndarray, t2: float) -> np.ndarray:
+    """Exit when the settle score passes t1 (swept) or, from then on, once the hopeless score passed t2."""
+    hit = np.where(hopeless >= t2)[0] if len(settle) else []
+    if len(hit):
+        settle = settle.copy()
+        settle[hit[0] :] = np.inf
+    return settle
+
+
+def hopeless_scores(rule, items: list) -> list:
+    return [raw_scores(rule, s) if len(s.features) else np.zeros(0) for s in items]
+
+
+def t2_grid(h_scores: list, qs=HOPELESS_QUANTILES) -> list[float]:
+    pooled = np.concatenate([x for x in h_scores if len(x)])
+    return [np.inf if q is None else float(np.quantile(pooled, q)) for q in qs]
+
+
+def combined_lomo(items: list) -> None:
+    """Settle or hopeless exit, held out by model; t1 by the risk test at delta / 7 per t2 (Bonferroni)."""
+    outs = {t: [] for t in TOLERANCES}
+    for m in models(items):
+        train, test = split(items, m)
+        r, h = fit_default(train), fit_logistic(*hopeless_rows(train))
+        tr1, te1 = [logit_scores(r, s) for s in train], [logit_scores(r, s) for s in test]
+        trh, teh = hopeless_scores(h, train), hopeless_scores(h, test)
+        grid, cands = _grid(tr1), {t: [] for t in TOLERANCES}
+        for t2 in t2_grid(trh):
+            res = sweep(train, [combine(a, b, t2) for a, b in zip(tr1, trh, strict=True)], grid)
+            risks = [x for x, _ in res]
+            for t in TOLERANCES:
+                th = _chosen(risks, t, DELTA / len(HOPELESS_QUANTILES))
+                o = next(o for x, o in res if x.threshold == th)
+                cands[t].append((o.savings, th, t2))
+        for t in TOLERANCES:
+            _, th, t2 = max(cands[t])
+            combined = [combine(a, b, t2) for a, b in zip(te1, teh, strict=True)]
+            outs[t].append(sweep(test, combined, [th])[0][1])
+    report("settle or hopeless exit, held out by model (Bonferroni over 7 t2)", outs)
+
+
+def combined_in_sample(items: list) -> None:
+    r, h = fit_default(items), fit_logistic(*hopeless_rows(items))
+    s1, hr = [logit_scores(r, s) for s in items], hopeless_scores(h, items)
+    qs = (*HOPELESS_QUANTILES, 0.9)
+    print("settle or hopeless exit, in-sample frontier per hopeless quantile (0 / 0.5 / 1 / 2 pt)")
+    for q, t2 in zip(qs, t2_grid(hr, qs), strict=True):
+        print(f"  q={q}:", frontier(items, [combine(a, b, t2) for a, b in zip(s1, hr, strict=True)], n=200))
+
+
+def hopeless(items: list) -> None:
+    wrong_run_stats(items)
+    current_answer_and_auc(items)
+    shipped_on_wrong_runs(items)
+    combined_lomo(items)
+    combined_in_sample(items)
+
+
+def warmup_threshold(rule, train, test, _trs, _tes, th):
+    """The threshold moved to its training quantile among the held-out model's answered probes."""
+    th = min(1.0, th)
+    moved = rule.with_threshold(th, quantile=threshold_quantile(rule, train, th))
+    return moved.for_warmup([s.trajectory.observations() for s in test]).threshold
+
+
+def running_max_quantile(_rule, _train, _test, trs, tes, th):
+    """The same with the quantile of the running-maximum scores (answered probes, finite)."""
+    ftr = np.concatenate([s[np.isfinite(s) & (s >= 0)] for s in trs if len(s)])
+    fte = np.concatenate([s[np.isfinite(s) & (s >= 0)] for s in tes if len(s)])
+    return float(np.quantile(fte, (ftr < th).mean())) if th <= 1 else th
+
+
+def fit_newton(x, y, w, l2=1e-3, iterations=30):
+    """Weighted L2 logistic regression on standardised columns (Newton steps) for extra feature columns."""
+    mu, sd = x.mean(0), x.std(0)
+    sd[sd < 1e-9] = 1
+    z = np.hstack([(x - mu) / sd, np.ones((len(x), 1))])
+    wn, b = w / w.sum(), np.zeros(z.shape[1])
+    for _ in range(iterations):
+        p = sigmoid(z @ b)
+        grad = z.T @ (wn * (p - y)) + l2 * b
+        hess = (z * (wn * p * (1 - p))[:, None]).T @ z + l2 * np.eye(len(b))
+        b = b - np.linalg.solve(hess, grad)
+    return mu, sd, b
+
+
+def transformed_lomo(items: list, transform) -> dict:
+    """Leave one model out with the feature rows ``transform(s)`` instead of ``s.features``."""
+    x_of = {id(s): transform(s) for s in items}
+
+    def fit(train):
+        _, y, w = _training_rows(train)
+        return fit_newton(np.vstack([x_of[id(s)] for s in train if len(s.features)]), y, w)
+
+    def score(par, s):
+        mu, sd, b = par
+        if not len(s.features):
+            return np.zeros(0)
+        z = ((x_of[id(s)] - mu) / sd) @ b[:-1] + b[-1]
+        return budget_exit(np.where(s.current >= 0, sigmoid(z), -1.0), s)
+
+    return lomo(items, fit, score)
+
+
+def per_model_zscore(items: list):
+    stats = {}
+    for m in models(items):
+        x = np.vstack([s.features for s in split(items, m)[1] if len(s.features)])
+        sd = x.std(0)
+        sd[sd < 1e-9] = 1
+        stats[m] = (x.mean(0), sd)
+
+    def transform(s):
+        mean, sd = stats[model_of(s)]
+        return (s.features - mean) / sd if len(s.features) else s.features
+
+    return transform
+
+
+def scale_free(items: list) -> None:
+    report("(a) threshold as a quantile, LogisticStopRule.for_warmup",
+           lomo(items, fit_default, _scores, warmup_threshold))  # fmt: skip
+    report("(a') quantile of the running-maximum scores",
+           lomo(items, fit_default, logit_scores, running_max_quantile))  # fmt: skip
+    report("(b) features standardised per model", transformed_lomo(items, per_model_zscore(items)))
+
+
+def escot_columns(x: np.ndarray) -> np.ndarray:
+    """Answer age / position, budget share x change rate, budget share x distinct, log position x change."""
+    i_pos, i_age, i_dist, i_chg, i_bud = (FEATURE_NAMES.index(n) for n in
+        ("log_position", "log_age", "log_distinct", "change_rate", "budget_fraction"))  # fmt: skip
+    ratio = np.expm1(x[:, i_age]) / np.maximum(np.expm1(x[:, i_pos]), 1e-9)
+    extra = [ratio, x[:, i_bud] * x[:, i_chg], x[:, i_bud] * x[:, i_dist], x[:, i_pos] * x[:, i_chg]]
+    return np.hstack([x, np.stack(extra, axis=1)])
+
+
+def escot(items: list) -> None:
+    n = len(FEATURE_NAMES) + 4
+    outs = transformed_lomo(
+        items, lambda s: escot_columns(s.features) if len(s.features) else np.zeros((0, n))
+    )
+    report("ES-CoT-style features added", outs)
+
+
+EXPERIMENTS = {"ceiling": ceiling, "oracles": oracles, "hopeless": hopeless, "scale_free": scale_free,
+               "escot": escot}  # fmt: skip
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    data = pathlib.Path(__file__).resolve().parents[2] / "shared" / "data"
+    parser.add_argument("--data", type=pathlib.Path, default=data)
+    parser.add_argument("--cache", type=pathlib.Path, default=None, help="pickle of the probe streams")
+    parser.add_argument("--only", action="append", choices=sorted(EXPERIMENTS), help="repeatable")
+    args = parser.parse_args()
+    items = load_streams(args.data, args.cache)
+    for name in args.only or list(EXPERIMENTS):
+        t0 = time.time()
+        print(f"== {name}", flush=True)
+        EXPERIMENTS[name](items)
+        print(f"({time.time() - t0:.0f} s)", flush=True)
+
+
+if __name__ == "__main__":
+    main()
