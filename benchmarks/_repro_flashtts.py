@@ -334,11 +334,13 @@ def _parts(args: argparse.Namespace, out: pathlib.Path) -> None:
             part(args.setting).write_text(json.dumps(done, default=str))
         return
     parts = [json.loads(part(name).read_text()) for name in FULL["settings"]]
-    if any(p["seed"] != args.seed or not p["complete"] for p in parts):
+    if any(p["seed"] != args.seed or not (p["complete"] or args.incomplete) for p in parts):
         raise SystemExit(f"the per-setting results are not all complete runs with --seed {args.seed}")
     section = section_of([c for p in parts for c in p["cells"]], args.data, args.workload)
-    out.write_text(json.dumps({"machine": machine("cpu"), "quick": False, "seed": args.seed,
-                               "flashtts": section}, indent=1, default=str))  # fmt: skip
+    complete = all(p["complete"] for p in parts)  # False only with --incomplete: cells missing
+    saved = {"machine": machine("cpu"), "quick": False, "seed": args.seed, "complete": complete,
+             "flashtts": section}
+    out.write_text(json.dumps(saved, indent=1, default=str))
     print(f"wrote {out}")
 
 
@@ -352,6 +354,8 @@ def main() -> None:
     parser.add_argument("--setting", choices=FULL["settings"],
                         help="run only this setting's cells (to run settings side by side), see --merge")
     parser.add_argument("--merge", action="store_true", help="join the --setting results into one")
+    parser.add_argument("--incomplete", action="store_true",
+                        help="with --merge: also join settings whose run stopped early (complete: false)")
     parser.add_argument("--workload", choices=tuple(WORKLOADS), default="prm_beams",
                         help="prm_beams: recorded Llama-3.1-8B PRM beams on MATH-500; longcot: Qwen3-8B "
                         "long-CoT texts on AIME24 + AMC23 with seeded scores (results flashtts_longcot*)")
