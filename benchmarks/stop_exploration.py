@@ -127,8 +127,8 @@ def frontier(items: list, scores: list, n: int = 300) -> list[str]:
     res = sweep(items, scores, grid)
     out = []
     for tol in TOLERANCES:
-        best = max((o for _, o in res if o.accuracy_loss <= tol + 1e-12), key=lambda o: o.savings)
-        out.append(fmt(best))
+        within = [o for _, o in res if o.accuracy_loss <= tol + 1e-12]
+        out.append(fmt(max(within, key=lambda o: o.savings)) if within else "none within")
     return out
 
 
