@@ -437,9 +437,12 @@ def test_ordered_equals_the_plain_sort(keys, field, presorted):
         ([0.0, 1.0, 2.5], "as_is"),  # strictly increasing: returned as it is
         ([2.5, 0.0, 1.0], "argsort"),  # distinct: a numpy argsort
         ([1.0, 0.0, 1.0], "plain"),  # a tie: by request id
-        ([2**60 + 1, 2**60], "plain"),  # distinct ints equal as float64: a tie there
+        ([2**60 + 1, 2**60], "argsort"),  # ints stay exact in int64
+        ([2**60 + 1, 2**60, 0.5], "plain"),  # mixed with a float: equal as float64, a tie there
+        ([2**70, 1], "plain"),  # beyond int64
         ([1.0, float("nan"), 0.0], "plain"),
         (["10", "9"], "plain"),  # numpy would read these as numbers
+        ([1, "10", 5], "plain"),  # a str after the first key: the plain sort's error
         ([1.0, "x"], "plain"),  # not a number: the plain sort's error
     ],
 )

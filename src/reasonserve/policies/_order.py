@@ -42,20 +42,17 @@ def ordered(requests: Sequence[RequestView], field: str) -> list[RequestView]:
     """``requests`` sorted by ``(field, request_id)``. A numeric field is read once into
     numpy: a queue already in strictly increasing order (hosts queue by arrival) is returned
     as it is, one without ties is put in order by a numpy argsort; ties, NaNs and other
-    types take the plain sort (:func:`ordered_plain`). (``numpy`` would read a str such as
-    ``"10"`` as a number: a queue whose first key is a str or bytes takes the plain sort.)"""
+    types (a str anywhere, ints beyond int64, tuples) take the plain sort
+    (:func:`ordered_plain`), which also raises where the keys cannot be compared."""
     n = len(requests)
-    if n and isinstance(getattr(requests[0], field), (str, bytes)):
-        return ordered_plain(requests, field)
-    try:
-        keys = np.fromiter(map(getter(field), requests), np.float64, n)
-    except (TypeError, ValueError, OverflowError):
+    keys = np.array(list(map(getter(field), requests)))
+    if keys.ndim != 1 or keys.dtype.kind not in "iuf":
         return ordered_plain(requests, field)
     if n < 2 or bool((keys[1:] > keys[:-1]).all()):  # NaN compares False: never taken with one
         return list(requests)
     order = np.argsort(keys, kind="stable")
     s = keys[order]
-    if bool((s[1:] > s[:-1]).all()):  # distinct (and no NaN): float64 keeps a strict order
+    if bool((s[1:] > s[:-1]).all()):  # distinct (and no NaN): a strict order
         return list(map(requests.__getitem__, order.tolist()))
     return ordered_plain(requests, field)
 

@@ -128,8 +128,9 @@ class PascalPolicy:
         starving: list[RequestView] = []
         if self.starving_first is not None:
             waiting_lo = list(waiting_lo)
-            starving = sorted((r for r in waiting_lo if self._starving(r, view.now_s)), key=_paced)
-            waiting_lo = [r for r in waiting_lo if not self._starving(r, view.now_s)]
+            dry = [self._starving(r, view.now_s) for r in waiting_lo]  # read each pacer once
+            starving = sorted((r for r, d in zip(waiting_lo, dry, strict=True) if d), key=_paced)
+            waiting_lo = [r for r, d in zip(waiting_lo, dry, strict=True) if not d]
         low_queue = [
             ((), starving, by_turn),  # empty unless starving_first
             (sorted(fresh_lo, key=_paced), (), by_turn),  # within their quantum: keep their seats
@@ -175,7 +176,7 @@ def _fill_queues(view: SchedulerView, queues, mode: str | None) -> list[Decision
     for segments in queues:
         fill.blocked = False  # the low queue uses what the high queue could not
         for running, waiting, key in segments:
-            left = len(running)  # ties: running first (merge is stable over its inputs)
+            left = len(running)  # keys end in the request id: only a repeated id could tie
             merged = merge(zip(repeat(True), running), zip(repeat(False), waiting), key=lambda t: key(t[1]))
             for is_running, r in merged:
                 if is_running:
