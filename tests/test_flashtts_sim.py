@@ -3,6 +3,7 @@ bounds, determinism and validation (on a small synthetic step pool)."""
 
 from __future__ import annotations
 
+import json
 import pathlib
 import random
 
@@ -345,3 +346,27 @@ def test_longcot_missing_unreadable_files_and_bad_arguments_raise(tmp_path):
                {"datasets": ()}, {"datasets": "aime24"}, {"datasets": (1,)}):  # fmt: skip
         with pytest.raises(InvalidArgumentError):
             load_longcot_pool(good, **kw)
+
+
+def test_longcot_hostile_files_raise_typed_errors(tmp_path, monkeypatch):
+    import gzip as gzip_mod
+
+    from reasonserve.sim import beam_longcot
+    from reasonserve.sim.beam_longcot import load_longcot_pool
+
+    deep = tmp_path / "deep.jsonl"
+    deep.write_text("[" * 200_000 + "\n")  # json.loads recurses past the interpreter's limit
+    with pytest.raises(InvalidArgumentError, match="nested too deeply"):
+        load_longcot_pool(deep)
+    corrupt = tmp_path / "corrupt.jsonl.gz"  # a valid gzip header, a corrupted deflate body
+    good = bytearray(gzip_mod.compress(json.dumps(LONG_TEXTS[0]).encode() * 200))
+    good[20:60] = b"\xff" * 40
+    corrupt.write_bytes(bytes(good))
+    with pytest.raises(InvalidArgumentError, match="unreadable"):
+        load_longcot_pool(corrupt)
+    monkeypatch.setattr(beam_longcot, "MAX_LINE_CHARS", 64)
+    long_line = _write_rows(tmp_path / "long.jsonl", [_row("aime24", "p", "x" * 100)], gz=False)
+    with pytest.raises(InvalidArgumentError, match="longer than 64"):
+        load_longcot_pool(long_line)
+    monkeypatch.setattr(beam_longcot, "MAX_LINE_CHARS", 200)  # the same file under a bound it meets
+    assert load_longcot_pool(long_line).trajectories[0][0][0] > 0

@@ -21,6 +21,7 @@ import gzip
 import json
 import pathlib
 import random
+import zlib
 from collections.abc import Iterator
 
 from reasonserve.core.errors import InvalidArgumentError
@@ -36,21 +37,33 @@ def split_steps(text: str) -> list[str]:
     return text.split("\n\n")
 
 
+MAX_LINE_CHARS = 16 * 2**20  # one recorded text a line; a longer line is not a recording
+
+
+def _lines(f) -> Iterator[str]:
+    """``f``'s lines, each read with a bound: a line over :data:`MAX_LINE_CHARS` raises."""
+    while line := f.readline(MAX_LINE_CHARS + 1):
+        if len(line) > MAX_LINE_CHARS:
+            raise InvalidArgumentError(f"a line longer than {MAX_LINE_CHARS} characters")
+        yield line
+
+
 def _rows(path: pathlib.Path) -> Iterator[tuple[int, dict]]:
     opener = gzip.open if path.suffix == ".gz" else open
     try:
         with opener(path, "rt", encoding="utf-8") as f:
-            for line_no, line in enumerate(f, 1):
+            for line_no, line in enumerate(_lines(f), 1):
                 if not line.strip():
                     continue
                 try:
                     row = json.loads(line)
-                except json.JSONDecodeError as exc:
-                    raise InvalidArgumentError(f"{path}:{line_no}: not a JSON object ({exc.msg})") from None
+                except (json.JSONDecodeError, RecursionError) as exc:  # RecursionError: "[[[[..."
+                    msg = getattr(exc, "msg", "nested too deeply")
+                    raise InvalidArgumentError(f"{path}:{line_no}: not a JSON object ({msg})") from None
                 if not isinstance(row, dict):
                     raise InvalidArgumentError(f"{path}:{line_no}: not a JSON object")
                 yield line_no, row
-    except (OSError, EOFError, UnicodeDecodeError) as exc:  # a truncated or non-gzip .gz, bad bytes
+    except (OSError, EOFError, UnicodeDecodeError, zlib.error) as exc:  # truncated, corrupt or non-gzip
         raise InvalidArgumentError(f"{path}: unreadable ({exc})") from None
 
 
