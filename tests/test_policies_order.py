@@ -6,6 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from reasonserve.core import Phase
+from reasonserve.core.decisions import Admit, Preempt
 from reasonserve.policies import RequestView, SchedulerView
 from reasonserve.policies._ranked import decide_ranked
 from reasonserve.policies.app_fifo import AppFIFOPolicy
@@ -53,7 +54,29 @@ def test_pascal_equals_its_full_sort_definition(view, mode):
     policy = PascalPolicy(quantum=10, demote_threshold_tokens=60, mode=mode)
     running = {r.request_id for r in view.running}
     ranked = sorted(view.running + view.waiting, key=lambda r: policy.rank_key(r, r.request_id in running))
-    assert list(policy.decide(view)) == decide_ranked(view, ranked, mode)
+    assert list(policy.decide(view)) == _decide_per_queue(view, ranked, mode, policy.queue)
+
+
+def _decide_per_queue(view, ranked, mode, queue_of):
+    """decide_ranked's plain loop with one head-of-line block per queue (PASCAL §IV-B/C: the
+    low queue uses what the high queue could not allocate)."""
+    running_ids = {r.request_id for r in view.running}
+    budget = view.free_blocks + sum(r.num_blocks for r in view.running)
+    seats, admits, preempts, blocked = view.max_num_seqs, [], [], set()
+    for r in ranked:
+        if r.request_id in running_ids:
+            cost = r.num_blocks + r.blocks_needed
+            if seats >= 1 and cost <= budget:
+                budget, seats = budget - cost, seats - 1
+            else:
+                preempts.append(Preempt(r.request_id, mode))
+        elif queue_of(r) not in blocked:
+            if seats >= 1 and r.blocks_needed <= budget:
+                admits.append(Admit(r.request_id))
+                budget, seats = budget - r.blocks_needed, seats - 1
+            else:
+                blocked.add(queue_of(r))
+    return preempts + admits
 
 
 def _program(r):
