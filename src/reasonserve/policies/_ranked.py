@@ -124,6 +124,15 @@ def decide_segments(
     iterable, read lazily). Once admission is blocked the waiting iterables are not read
     again, so a long queue costs its sort (C-level) rather than a Python loop over it."""
     fill = _Fill(view, mode)
+    fill_segments(fill, segments)
+    return fill.preempts + fill.admits
+
+
+def fill_segments(
+    fill: _Fill, segments: Iterable[tuple[Sequence[RequestView], Iterable[RequestView], Callable]]
+) -> None:
+    """:func:`decide_segments`'s fill into ``fill`` (a host of several head-of-line blocks
+    resets ``fill.blocked`` between calls)."""
     for running, waiting, key in segments:
         queued = iter(waiting)
         nxt = next(queued, None)
@@ -135,7 +144,6 @@ def decide_segments(
         while not fill.blocked and nxt is not None:
             fill.waiting(nxt)
             nxt = next(queued, None)
-    return fill.preempts + fill.admits
 
 
 def decide_programs(

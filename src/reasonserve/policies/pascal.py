@@ -41,8 +41,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from heapq import merge
-from itertools import repeat
 from operator import attrgetter
 
 from reasonserve.core.decisions import Decision
@@ -51,7 +49,7 @@ from reasonserve.core.phase import Phase
 from reasonserve.core.policy import QUIET_FOREVER
 from reasonserve.core.views import RequestView, SchedulerView
 from reasonserve.policies._order import ordered
-from reasonserve.policies._ranked import _Fill
+from reasonserve.policies._ranked import _Fill, fill_segments
 from reasonserve.policies.pacer import TokenPacer
 
 __all__ = ["PascalPolicy"]
@@ -170,22 +168,12 @@ class PascalPolicy:
 
 
 def _fill_queues(view: SchedulerView, queues, mode: str | None) -> list[Decision]:
-    """The ranked fill of :func:`reasonserve.policies._ranked.decide_segments` over the
-    queues' segments in order, with a head-of-line block that ends at its queue's end."""
+    """:func:`reasonserve.policies._ranked.decide_segments` over the queues' segments in
+    order, with a head-of-line block that ends at its queue's end."""
     fill = _Fill(view, mode)
     for segments in queues:
         fill.blocked = False  # the low queue uses what the high queue could not
-        for running, waiting, key in segments:
-            left = len(running)  # keys end in the request id: only a repeated id could tie
-            merged = merge(zip(repeat(True), running), zip(repeat(False), waiting), key=lambda t: key(t[1]))
-            for is_running, r in merged:
-                if is_running:
-                    fill.running(r)
-                    left -= 1
-                elif not fill.blocked:
-                    fill.waiting(r)
-                if fill.blocked and not left:
-                    break  # the rest of ``waiting`` is not read
+        fill_segments(fill, segments)
     return fill.preempts + fill.admits
 
 

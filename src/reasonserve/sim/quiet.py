@@ -44,13 +44,11 @@ def start_quiet(inst: SimInstance, view: SchedulerView, work: Work, now_s: float
     if not c.skip_quiet_steps or c.decode_steps_per_event > 1 or len(work) != len(inst.running):
         return None
     to_event = QUIET_FOREVER  # a finish or an end of thinking
-    for s, _ in work:  # every running request
-        req, out = s.req, s.num_output
-        if req.prompt_tokens + out - s.num_computed != 1:  # decodes only (or one-token prefill tails)
+    for s, _ in work:  # every running request; decodes only (or one-token prefill tails)
+        if s.req.prompt_tokens + s.num_output - s.num_computed != 1:
             return None
-        think = req.reasoning_tokens - out
-        left = req.output_tokens - out if think <= 0 else min(think, req.output_tokens - out)
-        to_event = left if left < to_event else to_event  # SimSequence.tokens_to_event
+        left = s.tokens_to_event()
+        to_event = left if left < to_event else to_event
     limit = min(quiet_steps(inst.policy, view), to_event)
     if limit > 1:
         limit = _fitting_iterations(work, limit, c.block_size, inst.free_blocks)
