@@ -63,6 +63,7 @@ CONFIGS = st.builds(
     max_num_batched_tokens=st.sampled_from([16, 64, 512]),
     preemption=st.sampled_from(["swap", "recompute"]),
     model=st.just("qwen2.5-7b"),
+    quantum_tokens=st.sampled_from([1, 3, 20, 500]),  # a_i's first quantum ends mid-stretch
 )
 
 

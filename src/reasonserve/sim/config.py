@@ -23,13 +23,15 @@ class SimConfig:
     """N identical instances of ``model`` on ``hardware``. ``kv_capacity_tokens=None``
     derives each instance's KV capacity from the memory left beside the weights at
     ``gpu_memory_utilization`` (vLLM's default 0.9). SLO targets are PASCAL's.
-``decode_steps_per_event`` > 1 lets a decode-only batch run that many iterations per
-policy decision (faster; the approximation is described in :mod:`reasonserve.sim.run`).
-``profile``: time steps with a table fitted from measured engine steps
-(:mod:`reasonserve.sim.profile`) instead of the roofline model.
-``skip_quiet_steps`` (with ``decode_steps_per_event=1``): run the decode steps a policy
-declares decision-free (its ``quiet_steps``) as one event, with identical results
-(:mod:`reasonserve.sim.quiet`); False steps the event loop once per engine step."""
+    ``decode_steps_per_event`` > 1 lets a decode-only batch run that many iterations per
+    policy decision (faster; the approximation is described in :mod:`reasonserve.sim.run`).
+    ``profile``: time steps with a table fitted from measured engine steps
+    (:mod:`reasonserve.sim.profile`) instead of the roofline model.
+    ``skip_quiet_steps`` (with ``decode_steps_per_event=1``): run the decode steps a policy
+    declares decision-free (its ``quiet_steps``) as one event, with identical results
+    (:mod:`reasonserve.sim.quiet`); False steps the event loop once per engine step.
+    ``quantum_tokens``: the first quantum of PASCAL Algorithm 2's ``a_i`` (an instance's
+    answering requests with fewer answer tokens than this; the paper's 500, §V-A)."""
 
     num_instances: int = 8
     hardware: str = "h100"
@@ -47,10 +49,12 @@ declares decision-free (its ``quiet_steps``) as one event, with identical result
     decode_steps_per_event: int = 1  # k > 1: coarse event steps (see reasonserve.sim.run)
     profile: ProfileTable | None = None  # step times from a fitted engine profile (else roofline)
     skip_quiet_steps: bool = True  # exact either way (see reasonserve.sim.quiet)
+    quantum_tokens: int = 500  # a_i's first quantum (InstanceLoad.num_fresh_answering)
 
     def __post_init__(self) -> None:
         _positive_int("num_instances", self.num_instances)
-        for name in ("block_size", "max_num_seqs", "max_num_batched_tokens", "decode_steps_per_event"):
+        for name in ("block_size", "max_num_seqs", "max_num_batched_tokens", "decode_steps_per_event",
+                     "quantum_tokens"):  # fmt: skip
             _positive_int(name, getattr(self, name))
         if self.hardware not in HARDWARE:
             raise InvalidArgumentError(

@@ -103,15 +103,16 @@ class SimInstance:
     def load(self, now_s: float, pacer: TokenPacer) -> InstanceLoad:
         """PASCAL's instance state (one pass over the live requests): ``t_i`` is False when
         an answering request's pacer has run dry (:meth:`TokenPacer.starving`), ``r_i``
-        counts prefill/reasoning requests, ``a_i`` answering requests not yet run since
-        (re-)admission."""
-        behind, reasoning, fresh = False, 0, 0
+        counts prefill/reasoning requests, ``a_i`` answering requests that have not
+        exhausted their first quantum (fewer than ``config.quantum_tokens`` answer tokens,
+        PASCAL §IV-B, Algorithm 2), running or waiting."""
+        behind, reasoning, fresh, quantum = False, 0, 0, self.config.quantum_tokens
         for s in self.running + self.waiting:
-            out = s.num_output
-            if out == 0 or out < s.req.reasoning_tokens:  # Phase.PREFILL or Phase.REASONING
+            out, think = s.num_output, s.req.reasoning_tokens
+            if out == 0 or out < think:  # Phase.PREFILL or Phase.REASONING
                 reasoning += 1
                 continue
-            if s.status != "running" or s.quantum_used == 0:
+            if out - think < quantum:  # its answer tokens so far
                 fresh += 1
             if s.answer_times and not behind:
                 behind = pacer.starving(self.paced_until(s), now_s)  # type: ignore[arg-type]

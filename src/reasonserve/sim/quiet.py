@@ -166,37 +166,43 @@ class QuietRun:
         instance during a stretch (an arrival, a stop, a landing) first cuts the stretch to
         what is applied, so the instance is the stretch's own doing here. Between its first
         and its last iteration no request finishes or ends its thinking (the stretch stops at
-        the first), so the phases hold, every running request has computed tokens since its
-        admission (none is fresh), and the blocks grow at block boundaries
-        (:meth:`_LoadSummary.growth`). A running answering request's reader has its latest
-        token, from iteration ``upto - 1``: it is not starving while ``now_s`` is within
-        ``tpot`` of that token (else None: the full pass decides)."""
+        the first), so the phases hold, a running answering request stays fresh (``a_i``)
+        until its answer tokens reach the first quantum (:meth:`_LoadSummary.fresh_at`), and
+        the blocks grow at block boundaries (:meth:`_LoadSummary.growth`). A running
+        answering request's reader has its latest token, from iteration ``upto - 1``: it is
+        not starving while ``now_s`` is within ``tpot`` of that token (else None: the full
+        pass decides)."""
         if upto <= self.applied or now_s >= self.ends[upto - 1] + pacer.tpot_s:
             return None
         summary = self._summary
         if summary is None or summary.base != self.applied:
             summary = self._summary = _LoadSummary(inst, self, pacer)
-        free = inst.free_blocks - summary.growth(upto - self.applied)
+        k = upto - self.applied
+        free = inst.free_blocks - summary.growth(k)
         until = summary.waiting_until
         slo_ok = until is None or not pacer.starving(until, now_s)
         footprint = inst.total_blocks - free + inst.host_blocks
-        return InstanceLoad(inst.instance_id, footprint, slo_ok, summary.reasoning, summary.fresh, free)
+        return InstanceLoad(inst.instance_id, footprint, slo_ok, summary.reasoning, summary.fresh_at(k), free)
 
 
 class _LoadSummary:
     """A stretch's load terms that hold from its next iteration to its last (see
     :meth:`QuietRun.load_at`), taken when ``base`` iterations were applied."""
 
-    __slots__ = ("base", "fresh", "reasoning", "thresholds", "waiting_until")
+    __slots__ = ("base", "fresh", "fresh_for", "reasoning", "thresholds", "waiting_until")
 
     def __init__(self, inst: SimInstance, run: QuietRun, pacer: TokenPacer) -> None:
         self.base = run.applied
-        size, most = inst.config.block_size, len(run.times) - run.applied
+        size, most, quantum = inst.config.block_size, len(run.times) - run.applied, inst.config.quantum_tokens
         reasoning = fresh = 0
         thresholds: list[int] = []
+        fresh_for: list[int] = []  # running answering requests: iterations until their first quantum is used
         for s in inst.running:  # exactly the stretch's requests (no decision changed them)
-            if s.num_output < s.req.reasoning_tokens:
+            answered = s.num_output - s.req.reasoning_tokens
+            if answered < 0:
                 reasoning += 1
+            elif answered < quantum:
+                fresh_for.append(quantum - answered)
             # its m-th new block: once c + k + 1 > (b + m - 1) * size, k iterations from now
             thresholds += range(s.num_blocks * size - s.num_computed, most, size)
         waiting_until: float | None = None
@@ -205,14 +211,20 @@ class _LoadSummary:
             if out == 0 or out < s.req.reasoning_tokens:
                 reasoning += 1
                 continue
-            fresh += 1
+            fresh += out - s.req.reasoning_tokens < quantum
             if s.answer_times:
                 until = inst.paced_until(s)
                 if waiting_until is None or until < waiting_until:  # type: ignore[operator]
                     waiting_until = until
         thresholds.sort()
+        fresh_for.sort()
         self.reasoning, self.fresh, self.thresholds = reasoning, fresh, thresholds
-        self.waiting_until = waiting_until
+        self.fresh_for, self.waiting_until = fresh_for, waiting_until
+
+    def fresh_at(self, k: int) -> int:
+        """``a_i`` after ``k`` more iterations: the waiting answering requests within their
+        first quantum, and the running ones whose answer tokens have not reached it yet."""
+        return self.fresh + len(self.fresh_for) - bisect_right(self.fresh_for, k)
 
     def growth(self, k: int) -> int:
         """Blocks the running requests take in ``k`` more iterations (and the one after,
