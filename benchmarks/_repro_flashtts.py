@@ -57,6 +57,7 @@ from reasonserve.policies.flashtts import (
 )
 from reasonserve.policies.flashtts_control import SpeculationState
 from reasonserve.policies.lpm import LPMPolicy
+from reasonserve.sim.beam_config import ROOFLINE_PLANS
 from reasonserve.sim.beam_longcot import load_longcot_pool
 from reasonserve.sim.beam_search import (
     BEAM_SETTINGS,
@@ -109,13 +110,17 @@ def _setting(name: str) -> BeamSetting:
     return BeamSetting(name, base.generator, base.verifier, base.hardware, fraction)
 
 
-def _cell(pool, setting_name: str, width: int, num_requests: int, seed: int) -> dict:
+def _cell(
+    pool, setting_name: str, width: int, num_requests: int, seed: int,
+    roofline_plan: str = "prefix_cached", configs: tuple[str, ...] = tuple(CONFIGS),
+) -> dict:  # fmt: skip
     setting, search = _setting(setting_name), BeamSearchSpec(width=width, branching=4)
     requests = one_at_a_time_requests(pool, num_requests, seed)
     runs, selections = {}, {}
-    for name, kw in CONFIGS.items():
+    for name in ("baseline", *(c for c in configs if c != "baseline")):
         start = time.process_time()
-        result = simulate_beam_search(requests, pool, BeamServeConfig(setting, search, **kw))
+        config = BeamServeConfig(setting, search, roofline_plan=roofline_plan, **CONFIGS[name])
+        result = simulate_beam_search(requests, pool, config)
         if max(result.latencies_s.values()) >= ONE_AT_A_TIME_GAP_S:
             raise RuntimeError(f"{setting_name} n={width} {name}: a search outlasted the gap to the next")
         runs[name] = {**result.summary(), "cpu_s": time.process_time() - start}
@@ -132,7 +137,7 @@ def _cell(pool, setting_name: str, width: int, num_requests: int, seed: int) -> 
     print(f"{setting_name:9s} n={width:3d} x{num_requests}  "
           + "  ".join(f"{k} {v['goodput_ratio']:.2f}x/{v['latency_change']:+.0%}" for k, v in ratios.items())
           + f"  same selections: {same}", flush=True)  # fmt: skip
-    return {"setting": setting_name, "width": width, "requests": num_requests,
+    return {"setting": setting_name, "width": width, "requests": num_requests, "roofline_plan": roofline_plan,
             "runs": runs, "ratios": ratios, "selections_identical": same}  # fmt: skip
 
 
@@ -225,17 +230,19 @@ def _pool(data_dir: pathlib.Path, workload: str = "prm_beams"):
 
 
 def run_cells(
-    settings, widths: dict[int, int], data_dir: pathlib.Path, seed: int, workload: str = "prm_beams"
-) -> list[dict]:
+    settings, widths: dict[int, int], data_dir: pathlib.Path, seed: int, workload: str = "prm_beams",
+    roofline_plan: str = "prefix_cached", configs: tuple[str, ...] = tuple(CONFIGS),
+) -> list[dict]:  # fmt: skip
     _, pool = _pool(data_dir, workload)
-    return [_cell(pool, s, w, n, seed) for s in settings for w, n in widths.items()]
+    return [_cell(pool, s, w, n, seed, roofline_plan, configs) for s in settings for w, n in widths.items()]
 
 
 def section_of(cells: list[dict], data_dir: pathlib.Path, workload: str = "prm_beams") -> dict:
     """The results section: the cells, the headline over them, the decide() speed."""
     path, pool = _pool(data_dir, workload)
-    goodput = [c["ratios"]["all"]["goodput_ratio"] for c in cells]
-    latency = [c["ratios"]["all"]["latency_change"] for c in cells]
+    top = "all" if all("all" in c["ratios"] for c in cells) else "baseline"  # a --configs subset: no headline
+    goodput = [c["ratios"][top]["goodput_ratio"] for c in cells]
+    latency = [c["ratios"][top]["latency_change"] for c in cells]
     return {
         "paper": PAPER,
         "workload": workload,
@@ -254,9 +261,12 @@ def section_of(cells: list[dict], data_dir: pathlib.Path, workload: str = "prm_b
     }
 
 
-def run(quick: bool, data_dir: pathlib.Path, seed: int, workload: str = "prm_beams") -> dict:
+def run(
+    quick: bool, data_dir: pathlib.Path, seed: int, workload: str = "prm_beams",
+    roofline_plan: str = "prefix_cached", configs: tuple[str, ...] = tuple(CONFIGS),
+) -> dict:  # fmt: skip
     plan = QUICK if quick else {"settings": FULL["settings"], "widths": WORKLOADS[workload][1]}
-    cells = run_cells(plan["settings"], plan["widths"], data_dir, seed, workload)
+    cells = run_cells(plan["settings"], plan["widths"], data_dir, seed, workload, roofline_plan, configs)
     return section_of(cells, data_dir, workload)
 
 
@@ -320,7 +330,7 @@ def plot(section: dict, path: pathlib.Path) -> None:
 def _parts(args: argparse.Namespace, out: pathlib.Path) -> None:
     """``--setting``: one setting's cells to their own file; ``--merge``: every setting's
     file (all must be there) into the full results, as one sequential run would write them."""
-    stem, widths = WORKLOADS[args.workload]
+    stem, widths = _stem(args), WORKLOADS[args.workload][1]
 
     def part(name: str) -> pathlib.Path:
         return RESULTS / f"{stem}_{name}.json"
@@ -329,7 +339,8 @@ def _parts(args: argparse.Namespace, out: pathlib.Path) -> None:
         RESULTS.mkdir(exist_ok=True)
         cells = []
         for width, problems in widths.items():  # saved cell by cell
-            cells += run_cells((args.setting,), {width: problems}, args.data, args.seed, args.workload)
+            cells += run_cells((args.setting,), {width: problems}, args.data, args.seed, args.workload,
+                               args.roofline_plan, tuple(args.configs))  # fmt: skip
             done = {"seed": args.seed, "complete": len(cells) == len(widths), "cells": cells}
             part(args.setting).write_text(json.dumps(done, default=str))
         return
@@ -342,6 +353,17 @@ def _parts(args: argparse.Namespace, out: pathlib.Path) -> None:
              "flashtts": section}
     out.write_text(json.dumps(saved, indent=1, default=str))
     print(f"wrote {out}")
+
+
+def _stem(args: argparse.Namespace) -> str:
+    """Results file stem: the workload's, with the roofline plan and the configurations
+    appended when they are not the defaults (a variant run beside the main one)."""
+    stem = WORKLOADS[args.workload][0]
+    if args.roofline_plan != "prefix_cached":
+        stem += f"_{args.roofline_plan}"
+    if tuple(args.configs) != tuple(CONFIGS):
+        stem += "_" + "-".join(c.replace("+", "") for c in args.configs)
+    return stem
 
 
 def main() -> None:
@@ -359,6 +381,11 @@ def main() -> None:
     parser.add_argument("--workload", choices=tuple(WORKLOADS), default="prm_beams",
                         help="prm_beams: recorded Llama-3.1-8B PRM beams on MATH-500; longcot: Qwen3-8B "
                         "long-CoT texts on AIME24 + AMC23 with seeded scores (results flashtts_longcot*)")
+    parser.add_argument("--roofline-plan", choices=ROOFLINE_PLANS, default="prefix_cached",
+                        help="the models the roofline allocator plans for (BeamServeConfig.roofline_plan); "
+                        "not the default: results file stem gets _PLAN")
+    parser.add_argument("--configs", nargs="+", choices=tuple(CONFIGS), default=list(CONFIGS),
+                        help="run only these configurations (and the baseline); not all: the stem gets them")
     parser.add_argument("--critical-path", type=int, metavar="PROBLEMS",
                         help="print the straggler bounds of critical_path() over this many problems")
     args = parser.parse_args()
@@ -370,7 +397,7 @@ def main() -> None:
                   f"{c['balanced']} (x{c['baseline'] / c['balanced']:.2f}); the next straggler is a copy "
                   f"k >= 1 in {c['straggler_is_a_copy']:.0%} of iterations")  # fmt: skip
         return
-    stem = WORKLOADS[args.workload][0]
+    stem = _stem(args)
     out = RESULTS / (f"{stem}_quick.json" if args.quick else f"{stem}.json")
     if args.setting or args.merge:
         _parts(args, out)
@@ -382,7 +409,7 @@ def main() -> None:
         if args.markdown:
             print(markdown(section))
         return
-    section = run(args.quick, args.data, args.seed, args.workload)
+    section = run(args.quick, args.data, args.seed, args.workload, args.roofline_plan, tuple(args.configs))
     RESULTS.mkdir(exist_ok=True)
     out.write_text(json.dumps({"machine": machine("cpu"), "quick": args.quick, "seed": args.seed,
                                "flashtts": section}, indent=1, default=str))  # fmt: skip

@@ -19,6 +19,7 @@ from reasonserve.policies import REGISTRY
 from reasonserve.policies.flashtts import (
     LookaheadVerification,
     PrefixAwarePolicy,
+    PrefixCachedVerifier,
     RooflineKVAllocator,
     SelectSpec,
     SpecSlot,
@@ -325,6 +326,9 @@ def test_allocator_picks_offloading_when_it_is_faster():
 @pytest.mark.parametrize("kwargs,match", [
     ({"memory_bytes": 0}, "memory_bytes"), ({"num_beams": 0}, "num_beams"), ({"verify_tokens": 1.5}, "verify"),
     ({"decode_tokens": -1}, "decode"), ({"num_switches": -1}, "switches"), ({"memory_bytes": 10.0}, "fits no"),
+    ({"verifier_cache": 50}, "verifier_cache"), ({"verifier_cache": PrefixCachedVerifier(150, 2)}, "new_tokens"),
+    ({"generator_prefix_share": 0.9}, "generator_prefix_share"), ({"generator_prefix_share": True}, "generator"),
+    ({"generator_prefix_share": math.nan}, "generator"), ({"generator_prefix_share": 2, "decode_tokens": 120}, "decode"),
 ])  # fmt: skip
 def test_allocator_rejects_bad_input(kwargs, match):
     gen, ver = _costs()
@@ -335,6 +339,96 @@ def test_allocator_rejects_bad_input(kwargs, match):
         RooflineKVAllocator(gen, "h100")  # type: ignore[arg-type]
     with pytest.raises(InvalidArgumentError, match="allow_offload"):
         RooflineKVAllocator(gen, ver, allow_offload=1)  # type: ignore[arg-type]
+
+
+def _t_cached(gen, ver, n, s, s_dec, b_pre, b_dec, new, v_share, g_share) -> tuple[float, float, float]:
+    """(T_tot, verifier KV tokens per sequence, generator KV tokens per sequence) of the
+    prefix-cached plan written out plainly: one wave of all N keeps the tree cached (only the
+    new tokens are prefilled, the generator decodes on its cached context); several waves
+    re-prefill each sequence's share of the evicted prefix."""
+    f = new + (s - new) / v_share
+    pre_chunk = (new, s - new) if b_pre >= n else (f, s - f)
+    pre = -(-n // b_pre) * ver.step_s([pre_chunk] * b_pre)
+    if g_share is None:
+        return pre + -(-n // b_dec) * s_dec * gen.step_s([(1, s_dec // 2)] * b_dec), f, s_dec
+    context = s - s_dec
+    part = context / g_share
+    wave = s_dec * gen.step_s([(1, context + s_dec // 2)] * b_dec)
+    if b_dec < n:
+        wave += gen.step_s([(part, context - part)] * b_dec)
+    return pre + -(-n // b_dec) * wave, f, s_dec + part
+
+
+@pytest.mark.parametrize("n,s,s_dec,blocks", [(12, 300, 80, 9), (20, 500, 40, 25), (7, 400, 100, 14), (30, 200, 60, 16)])
+@pytest.mark.parametrize("new,v_share,g_share", [(40, 4, None), (40, 4, 4), (25, 1, 2.5), (200, 3, None)])
+def test_prefix_cached_allocator_matches_brute_force(n, s, s_dec, blocks, new, v_share, g_share):
+    gen, ver = _costs()
+    kv_v, kv_g = ver.model.kv_bytes_per_token, gen.model.kv_bytes_per_token
+    _, f, g = _t_cached(gen, ver, n, s, s_dec, 1, 1, new, v_share, g_share)
+    memory = blocks * (f * kv_v + g * kv_g) / 2
+    plan = RooflineKVAllocator(gen, ver, allow_offload=False).plan(
+        memory_bytes=memory, num_beams=n, verify_tokens=s, decode_tokens=s_dec,
+        verifier_cache=PrefixCachedVerifier(new, v_share), generator_prefix_share=g_share)  # fmt: skip
+    assert plan.prefill_batch * f * kv_v + plan.decode_batch * g * kv_g <= memory * (1 + 1e-12)
+    assert plan.verifier_kv_bytes == pytest.approx(plan.prefill_batch * f * kv_v)
+    grid = [(bp, bd) for bp in range(1, blocks * 2) for bd in range(1, blocks * 4)
+            if bp * f * kv_v + bd * g * kv_g <= memory]  # fmt: skip
+    best = min(_t_cached(gen, ver, n, s, s_dec, bp, bd, new, v_share, g_share)[0] for bp, bd in grid)
+    assert plan.total_s == pytest.approx(best, rel=1e-9)
+    mine = _t_cached(gen, ver, n, s, s_dec, plan.prefill_batch, plan.decode_batch, new, v_share, g_share)[0]
+    assert mine == pytest.approx(best, rel=1e-9)
+
+
+def test_a_whole_beam_cache_with_no_sharing_is_the_papers_plan():
+    gen, ver = _costs()
+    args = {"memory_bytes": 4e8, "num_beams": 48, "verify_tokens": 600, "decode_tokens": 70}
+    paper = RooflineKVAllocator(gen, ver).plan(**args)
+    assert RooflineKVAllocator(gen, ver).plan(**args, verifier_cache=PrefixCachedVerifier(600, 1)) == paper
+
+
+def test_prefix_cached_verifier_gets_less_memory_when_steps_are_short():
+    gen, ver = _costs()
+    n, s, step = 64, 1200, 50  # short steps on long beams (the long-CoT workload's shape)
+    args = {"memory_bytes": 3e9, "num_beams": n, "verify_tokens": s, "decode_tokens": step, "num_switches": 2}
+    whole = RooflineKVAllocator(gen, ver).plan(**args)
+    cached = RooflineKVAllocator(gen, ver).plan(**args, verifier_cache=PrefixCachedVerifier(step, 4))
+    kv = ver.model.kv_bytes_per_token
+    assert not whole.offload and not cached.offload and whole.prefill_batch == cached.prefill_batch == n
+    assert whole.verifier_kv_bytes == pytest.approx(n * s * kv)
+    assert cached.verifier_kv_bytes == pytest.approx(n * (step + (s - step) / 4) * kv)  # < a quarter
+    assert cached.generator_kv_bytes > whole.generator_kv_bytes
+    assert cached.total_s < whole.total_s  # one wave prefills only the new steps
+    # several waves re-prefill the evicted prefixes: slower than one wave, faster than whole beams
+    tight = {**args, "memory_bytes": (n // 2) * (step + (s - step) / 4) * kv + n * step * gen.model.kv_bytes_per_token}
+    waves = RooflineKVAllocator(gen, ver, allow_offload=False).plan(
+        **tight, verifier_cache=PrefixCachedVerifier(step, 4))
+    assert waves.prefill_batch < n and waves.total_s > cached.total_s
+
+
+def test_offloading_moves_the_cached_footprint():
+    gen, ver = _costs()
+    s, step, n = 1000, 50, 32
+    cache = PrefixCachedVerifier(step, 4)
+    f = cache.footprint_tokens(s)
+    memory = n * f * ver.model.kv_bytes_per_token  # the verifier's tree alone fills it
+    plan = RooflineKVAllocator(gen, ver).plan(memory_bytes=memory, num_beams=n, verify_tokens=s,
+                                              decode_tokens=step, verifier_cache=cache)  # fmt: skip
+    assert plan.offload and plan.prefill_batch == n
+    pre = ver.step_s([(step, s - step)] * n)
+    dec = step * gen.step_s([(1, step // 2)] * plan.decode_batch) * -(-n // plan.decode_batch)
+    moved = ver.swap_s(n * f) + gen.swap_s(plan.decode_batch * step)
+    assert plan.offload_s == pytest.approx(pre + dec + 2 * moved, rel=1e-9)
+
+
+@pytest.mark.parametrize("make,match", [
+    (lambda: PrefixCachedVerifier(0, 4), "new_tokens"), (lambda: PrefixCachedVerifier(1.5, 4), "new_tokens"),
+    (lambda: PrefixCachedVerifier(50, 0.5), "prefix_share"), (lambda: PrefixCachedVerifier(50, math.inf), "prefix_share"),
+    (lambda: PrefixCachedVerifier(50, True), "prefix_share"), (lambda: PrefixCachedVerifier(50, "4"), "prefix_share"),
+    (lambda: PrefixCachedVerifier(500, 4).footprint_tokens(100), "new_tokens"),
+])  # fmt: skip
+def test_prefix_cached_verifier_rejects_bad_parameters(make, match):
+    with pytest.raises(InvalidArgumentError, match=match):
+        make()
 
 
 def test_speculative_ids_are_non_empty_strings_and_a_bare_id_is_not_split():

@@ -107,11 +107,29 @@ def test_the_roofline_allocator_sets_the_split():
     assert r.capacities["generator"] != _run([BeamRequest("a", 0.0, 50, 1)]).capacities["generator"]
 
 
+def test_the_roofline_plan_is_told_the_models_it_serves():
+    one = [BeamRequest("a", 0.0, 50, 1)]
+    runs = {p: _run(one, roofline=True, roofline_plan=p) for p in ("whole_beams", "cached_verifier", "prefix_cached")}
+    pool = _pool()
+    s, step = pool.mean_sequence_tokens(), pool.mean_step_tokens()
+    assert step < s / 3  # steps short beside the beams: a cached verifier needs far less KV
+    kv = SETTING.verifier.kv_bytes_per_token
+    whole, cached = runs["whole_beams"].plan, runs["cached_verifier"].plan
+    assert whole.verifier_kv_bytes == whole.prefill_batch * s * kv
+    assert cached.verifier_kv_bytes == pytest.approx(cached.prefill_batch * (step + (s - step) / 4) * kv)
+    assert cached.verifier_kv_bytes < whole.verifier_kv_bytes
+    assert runs["prefix_cached"].plan != cached  # the generator's context changes the plan too
+    # a verifier without prefix caching prefills whole beams: the paper's plan is the right one
+    off = _run(one, roofline=True, verifier_prefix_caching=False, roofline_plan="cached_verifier")
+    assert off.plan == whole
+
+
 @pytest.mark.parametrize("make", [
     lambda: BeamSearchSpec(width=0),
     lambda: BeamSearchSpec(width=4, branching=8),
     lambda: BeamServeConfig(SETTING, SEARCH, lookahead=True),
     lambda: BeamServeConfig(SETTING, SEARCH, max_num_seqs=0),
+    lambda: BeamServeConfig(SETTING, SEARCH, roofline_plan="paper"),
     lambda: BeamServeConfig(SETTING, SEARCH, truncation_mean=2.0),
     lambda: BeamSetting("x", SETTING.generator, SETTING.verifier, SETTING.hardware, 0.1),
     lambda: StepPool((((5, 0.5),),), (), "x"),

@@ -10,14 +10,15 @@ the Edge"): verifier-guided beam search serving.
 * :class:`PrefixAwarePolicy`, :func:`prefix_order`, :func:`eviction_cost` — dynamic
   prefix-aware scheduling (§4.2, App. A).
 * :class:`RooflineKVAllocator` — roofline-guided KV split between generator and verifier,
-  with the offloading variant (§4.3).
+  with the offloading variant (§4.3); :class:`PrefixCachedVerifier` plans for a verifier with
+  prefix caching (an extension: new steps prefilled, tree-shared prefixes held).
 
 Each is a pure, validated object; the beam-search simulator
 (:mod:`reasonserve.sim.beam_search`) composes them.
 """
 
 from reasonserve.policies.flashtts_control import SpeculationState, TwoPhaseSpeculation
-from reasonserve.policies.flashtts_kv import KVPlan, RooflineKVAllocator
+from reasonserve.policies.flashtts_kv import KVPlan, PrefixCachedVerifier, RooflineKVAllocator
 from reasonserve.policies.flashtts_lookahead import LookaheadVerification, VerifyCandidate, VerifyRequest
 from reasonserve.policies.flashtts_prefix import PrefixAwarePolicy, eviction_cost, prefix_order
 from reasonserve.policies.flashtts_spec import SelectSpec, SpecSlot
@@ -26,6 +27,7 @@ __all__ = [
     "KVPlan",
     "LookaheadVerification",
     "PrefixAwarePolicy",
+    "PrefixCachedVerifier",
     "RooflineKVAllocator",
     "SelectSpec",
     "SpecSlot",

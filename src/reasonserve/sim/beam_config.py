@@ -29,7 +29,14 @@ from reasonserve.policies.flashtts_spec import SelectSpec
 from reasonserve.sim.beam_models import BeamSetting
 from reasonserve.sim.beam_workload import BeamSearchSpec
 
-__all__ = ["BeamServeConfig", "BeamServeResult"]
+__all__ = ["ROOFLINE_PLANS", "BeamServeConfig", "BeamServeResult"]
+
+# How ``roofline`` plans (:meth:`~reasonserve.policies.flashtts_kv.RooflineKVAllocator.plan`):
+# "whole_beams": the paper's formula (the verifier prefills and holds whole beams, the
+# generator holds only its step); "cached_verifier": the verifier's prefix cache as served
+# (new step prefilled, tree-shared prefixes held), the generator as the paper; "prefix_cached":
+# both models as served (the generator also holds and attends to its beam's shared context).
+ROOFLINE_PLANS = ("whole_beams", "cached_verifier", "prefix_cached")
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,6 +50,8 @@ class BeamServeConfig:
     max_num_seqs: int = 256  # vLLM's default, per model, when not set by the allocator
     truncation_mean: float = 0.85
     verifier_prefix_caching: bool = True  # False: the verifier prefills whole beams every iteration
+    # what the roofline allocator is told about the two models (ROOFLINE_PLANS)
+    roofline_plan: str = "prefix_cached"
 
     def __post_init__(self) -> None:
         for fname in ("prefix_aware", "roofline", "speculation", "verifier_prefix_caching"):
@@ -58,6 +67,10 @@ class BeamServeConfig:
             or self.max_num_seqs < 1
         ):
             raise InvalidArgumentError(f"max_num_seqs must be an int >= 1, got {self.max_num_seqs!r}")
+        if self.roofline_plan not in ROOFLINE_PLANS:
+            raise InvalidArgumentError(
+                f"roofline_plan must be one of {ROOFLINE_PLANS}, got {self.roofline_plan!r}"
+            )
         self.selector()  # validates truncation_mean
 
     @property

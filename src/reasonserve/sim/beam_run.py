@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from collections import deque
 
-from reasonserve.policies.flashtts_kv import RooflineKVAllocator
+from reasonserve.policies.flashtts_kv import PrefixCachedVerifier, RooflineKVAllocator
 from reasonserve.policies.flashtts_lookahead import LookaheadVerification, VerifyCandidate
 from reasonserve.policies.flashtts_prefix import prefix_order
 from reasonserve.sim.beam_config import BeamServeConfig, BeamServeResult
@@ -47,14 +47,14 @@ class BeamRun:
         kv_g, kv_v = cfg.setting.generator.kv_bytes_per_token, cfg.setting.verifier.kv_bytes_per_token
         self.plan, seats_g, seats_v = None, cfg.max_num_seqs, cfg.max_num_seqs
         gen_bytes, ver_bytes = cfg.setting.baseline_kv_bytes()  # two vLLM instances, static split
-        if cfg.roofline:  # one iteration: N verifier prefills of a whole beam, N decodes of a step
-            allocator = RooflineKVAllocator(gen_cost, ver_cost)
-            self.plan = allocator.plan(
+        if cfg.roofline:  # one iteration: N verifications and N decodes of a step
+            self.plan = RooflineKVAllocator(gen_cost, ver_cost).plan(
                 memory_bytes=memory,
                 num_beams=cfg.search.width,
                 verify_tokens=self.pool.mean_sequence_tokens(),
                 decode_tokens=self.pool.mean_step_tokens(),
                 num_switches=2,
+                **self._plan_models(),
             )
             gen_bytes, ver_bytes = self.plan.generator_kv_bytes, self.plan.verifier_kv_bytes
             seats_g = max(seats_g, self.plan.decode_batch)  # the allocator only raises vLLM's limit
@@ -66,6 +66,18 @@ class BeamRun:
         self.capacities = {"generator": cap_g, "verifier": cap_v}
         self.gen = Generator(gen_cost, cap_g, seats_g, self.sizes)
         self.ver = Verifier(ver_cost, cap_v, seats_v, self.sizes, cfg.verifier_prefix_caching)
+
+    def _plan_models(self) -> dict:
+        """The allocator's view of the two models (``BeamServeConfig.roofline_plan``): with
+        prefix caching a verification prefills the mean step and the copies of a kept beam
+        (``branching`` of them) share its cached path."""
+        cfg, share = self.cfg, self.cfg.search.branching
+        models: dict = {}
+        if cfg.roofline_plan != "whole_beams" and cfg.verifier_prefix_caching:
+            models["verifier_cache"] = PrefixCachedVerifier(self.pool.mean_step_tokens(), share)
+        if cfg.roofline_plan == "prefix_cached":
+            models["generator_prefix_share"] = share
+        return models
 
     def run(self) -> BeamServeResult:
         while True:
