@@ -110,6 +110,21 @@ def test_selectspec_rank_counts_a_repeated_beam_once(finished):
     assert len(got) == sum(potentials[b] for b in set(finished))
 
 
+def test_selectspec_rank_reads_potentials_with_get_semantics():
+    """Every branch of the look-up: a dict holding every beam (one C-level pass), a dict
+    missing one (the default 1), a defaultdict (its __missing__ must not run) and a
+    read-only mapping give the plain definition's slots."""
+    from collections import defaultdict
+    from types import MappingProxyType
+
+    finished = ["b3", "b1", "b2", "b4"]
+    full = {"b1": 2, "b2": 4, "b3": 1, "b4": 3}
+    for pots in (full, {"b1": 2, "b2": 4}, defaultdict(lambda: 4, {"b2": 3}), MappingProxyType(full)):
+        want = _plain_rank(finished, dict(pots), 7, {})
+        assert SelectSpec(branching=4).rank(finished, pots, 7) == want
+    assert SelectSpec(branching=4).rank(["b1"], full, 9) == _plain_rank(["b1"], full, 9, {})
+
+
 def test_selectspec_rank_names_a_bad_potential():
     for bad in (True, 0, 5, 2.0):
         with pytest.raises(InvalidArgumentError, match="potentials"):

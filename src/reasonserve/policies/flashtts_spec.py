@@ -26,6 +26,7 @@ import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from itertools import repeat
+from operator import itemgetter
 
 import numpy as np
 
@@ -55,6 +56,24 @@ class SpecSlot:
     beam_id: str
     branch: int
     potential: int
+
+
+def _marks(beams: list[str], potentials: Mapping[str, int]) -> np.ndarray:
+    """The potential of each beam (1 without one), in one C-level look-up pass (a plain dict
+    only: ``get`` never calls a subclass's ``__missing__``, ``[]`` would)."""
+    if len(beams) > 1 and type(potentials) is dict:
+        try:
+            return np.array(itemgetter(*beams)(potentials), dtype=np.int64)
+        except KeyError:  # a beam without a potential: the default, beam by beam
+            pass
+    return np.fromiter(map(potentials.get, beams, repeat(1)), dtype=np.int64, count=len(beams))
+
+
+def _smallest_unique(k: int, ids: list[str]) -> list[str]:
+    """The ``k`` smallest distinct ids, ascending (a beam listed twice ranks once; all copies
+    of an id share its bucket). If the ``k`` smallest of the list are distinct, they are."""
+    head = heapq.nsmallest(k, ids)
+    return head if len(set(head)) == len(head) else heapq.nsmallest(k, set(ids))
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,15 +134,17 @@ class SelectSpec:
             raise InvalidTypeError(f"finished must be a sequence of beam ids, got the str {finished[:80]!r}")
         self._check_potentials(potentials)
         used = used or {}
-        beams = list(finished)
-        if len(set(beams)) < len(beams):  # duplicates: rank each beam once
-            beams = list(set(beams))
-        marks = np.fromiter(map(potentials.get, beams, repeat(1)), dtype=np.int64, count=len(beams))
+        beams = finished if isinstance(finished, list) else list(finished)
+        marks = _marks(beams, potentials)
+        counts = np.bincount(marks, minlength=self.branching + 1).tolist()
         slots: list[SpecSlot] = []
-        for m in np.unique(marks)[::-1].tolist():  # highest M_i first, ties by beam id
+        for m in range(self.branching, 0, -1):  # highest M_i first, ties by beam id
+            if not counts[m] or len(slots) == free_slots:
+                continue
             bucket = list(map(beams.__getitem__, np.flatnonzero(marks == m).tolist()))
-            # every beam yields >= 1 branch unless ``used`` took them: the first free_slots suffice
-            bucket = sorted(bucket) if used else heapq.nsmallest(free_slots - len(slots), bucket)
+            # without ``used`` every beam yields m branches: the first ceil(left / m) suffice
+            need = -(-(free_slots - len(slots)) // m)
+            bucket = sorted(set(bucket)) if used else _smallest_unique(need, bucket)
             for b in bucket:
                 for branch in range(used.get(b, 0), m):
                     if len(slots) == free_slots:
@@ -132,21 +153,15 @@ class SelectSpec:
         return slots
 
     def _check_potentials(self, potentials: Mapping[str, int]) -> None:
-        values = list(potentials.values())
+        values = potentials.values()
         if not values:
             return
-        if set(map(type, values)) == {int} and self._in_range(values):
-            return  # C-level passes; the loop below only names the culprit
+        if set(map(type, values)) == {int}:  # exact ints: equal values are the same value
+            distinct = set(values)
+            if min(distinct) >= 1 and max(distinct) <= self.branching:
+                return  # C-level passes; the loop below only names the culprit
         bad = [(b, m) for b, m in potentials.items() if not _is_int(m) or not 1 <= m <= self.branching]
         raise InvalidArgumentError(f"potentials must be ints in [1, {self.branching}], got {bad[0]}")
-
-    def _in_range(self, values: list[int]) -> bool:
-        """Whether every int of ``values`` is in [1, branching] (numpy min and max)."""
-        try:
-            arr = np.fromiter(values, np.int64, len(values))
-        except OverflowError:  # beyond int64: out of range
-            return False
-        return bool(arr.min() >= 1 and arr.max() <= self.branching)
 
     def kept_tokens(self, num_spec_tokens: int, branch: int, rng: random.Random) -> int:
         """Speculative tokens kept by copy ``branch`` of a selected beam (0: the original,
