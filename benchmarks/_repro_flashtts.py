@@ -69,7 +69,7 @@ from reasonserve.sim.beam_search import (
     simulate_beam_search,
 )
 from reasonserve.sim.beam_spec import copy_index
-from reasonserve.sim.beam_tree import SearchTree
+from reasonserve.sim.beam_tree import SearchTree, context_share
 from reasonserve.sim.beam_workload import ONE_AT_A_TIME_GAP_S, BeamRequest
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -112,14 +112,16 @@ def _setting(name: str) -> BeamSetting:
 
 def _cell(
     pool, setting_name: str, width: int, num_requests: int, seed: int,
-    roofline_plan: str = "prefix_cached", configs: tuple[str, ...] = tuple(CONFIGS),
+    roofline_plan: str = "prefix_cached", configs: tuple[str, ...] = tuple(CONFIGS), share: str = "branching",
 ) -> dict:  # fmt: skip
     setting, search = _setting(setting_name), BeamSearchSpec(width=width, branching=4)
     requests = one_at_a_time_requests(pool, num_requests, seed)
+    h = warmup_share(pool, search) if share == "measured" else None
     runs, selections = {}, {}
     for name in ("baseline", *(c for c in configs if c != "baseline")):
         start = time.process_time()
-        config = BeamServeConfig(setting, search, roofline_plan=roofline_plan, **CONFIGS[name])
+        config = BeamServeConfig(setting, search, roofline_plan=roofline_plan, roofline_prefix_share=h,
+                                 **CONFIGS[name])  # fmt: skip
         result = simulate_beam_search(requests, pool, config)
         if max(result.latencies_s.values()) >= ONE_AT_A_TIME_GAP_S:
             raise RuntimeError(f"{setting_name} n={width} {name}: a search outlasted the gap to the next")
@@ -138,7 +140,17 @@ def _cell(
           + "  ".join(f"{k} {v['goodput_ratio']:.2f}x/{v['latency_change']:+.0%}" for k, v in ratios.items())
           + f"  same selections: {same}", flush=True)  # fmt: skip
     return {"setting": setting_name, "width": width, "requests": num_requests, "roofline_plan": roofline_plan,
-            "runs": runs, "ratios": ratios, "selections_identical": same}  # fmt: skip
+            "roofline_prefix_share": h, "runs": runs, "ratios": ratios,
+            "selections_identical": same}  # fmt: skip
+
+
+def warmup_share(pool, search: BeamSearchSpec, problems: int = 3) -> float:
+    """The context sharing of ``problems`` warm-up searches (seeds 10,000+, not the cell's
+    draws), policy-free: what a host measures on searches it already ran."""
+    prompts = pool.prompt_tokens
+    trees = [SearchTree(BeamRequest(f"w{q}", 0.0, prompts[q % len(prompts)], 10_000 + q), pool, search)
+             for q in range(problems)]  # fmt: skip
+    return context_share(trees)
 
 
 def critical_path(pool, width: int, problems: int) -> dict:
@@ -231,10 +243,11 @@ def _pool(data_dir: pathlib.Path, workload: str = "prm_beams"):
 
 def run_cells(
     settings, widths: dict[int, int], data_dir: pathlib.Path, seed: int, workload: str = "prm_beams",
-    roofline_plan: str = "prefix_cached", configs: tuple[str, ...] = tuple(CONFIGS),
+    roofline_plan: str = "prefix_cached", configs: tuple[str, ...] = tuple(CONFIGS), share: str = "branching",
 ) -> list[dict]:  # fmt: skip
     _, pool = _pool(data_dir, workload)
-    return [_cell(pool, s, w, n, seed, roofline_plan, configs) for s in settings for w, n in widths.items()]
+    return [_cell(pool, s, w, n, seed, roofline_plan, configs, share)
+            for s in settings for w, n in widths.items()]  # fmt: skip
 
 
 def section_of(cells: list[dict], data_dir: pathlib.Path, workload: str = "prm_beams") -> dict:
@@ -340,7 +353,7 @@ def _parts(args: argparse.Namespace, out: pathlib.Path) -> None:
         cells = []
         for width, problems in widths.items():  # saved cell by cell
             cells += run_cells((args.setting,), {width: problems}, args.data, args.seed, args.workload,
-                               args.roofline_plan, tuple(args.configs))  # fmt: skip
+                               args.roofline_plan, tuple(args.configs), args.prefix_share)  # fmt: skip
             done = {"seed": args.seed, "complete": len(cells) == len(widths), "cells": cells}
             part(args.setting).write_text(json.dumps(done, default=str))
         return
@@ -361,6 +374,8 @@ def _stem(args: argparse.Namespace) -> str:
     stem = WORKLOADS[args.workload][0]
     if args.roofline_plan != "prefix_cached":
         stem += f"_{args.roofline_plan}"
+    if args.prefix_share != "branching":
+        stem += f"_{args.prefix_share}-share"
     if tuple(args.configs) != tuple(CONFIGS):
         stem += "_" + "-".join(c.replace("+", "") for c in args.configs)
     return stem
@@ -384,6 +399,10 @@ def main() -> None:
     parser.add_argument("--roofline-plan", choices=ROOFLINE_PLANS, default="prefix_cached",
                         help="the models the roofline allocator plans for (BeamServeConfig.roofline_plan); "
                         "not the default: results file stem gets _PLAN")
+    parser.add_argument("--prefix-share", choices=("branching", "measured"), default="branching",
+                        help="beams sharing each context token in the roofline plan: the branching factor "
+                        "(siblings only) or measured on warm-up searches (warmup_share); "
+                        "not the default: the stem gets _measured-share")
     parser.add_argument("--configs", nargs="+", choices=tuple(CONFIGS), default=list(CONFIGS),
                         help="run only these configurations (and the baseline); not all: the stem gets them")
     parser.add_argument("--critical-path", type=int, metavar="PROBLEMS",

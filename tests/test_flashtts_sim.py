@@ -124,12 +124,32 @@ def test_the_roofline_plan_is_told_the_models_it_serves():
     assert off.plan == whole
 
 
+def test_context_share_counts_beams_per_distinct_context_token():
+    from reasonserve.sim.beam_tree import SearchTree, context_share
+
+    def trees(width, branching):
+        spec = BeamSearchSpec(width=width, branching=branching, max_model_len=2048)
+        return [SearchTree(BeamRequest(f"w{q}", 0.0, 50, q), _pool(), spec) for q in range(3)]
+
+    assert context_share(trees(1, 1)) == 1.0  # one beam shares with nobody
+    assert context_share(trees(8, 8)) == 8.0  # one parent kept, copied 8 times: one context
+    assert 4 <= context_share(trees(16, 4)) <= 16  # siblings share at least B-fold, at most n
+    h = context_share(trees(16, 4))
+    one = [BeamRequest("a", 0.0, 50, 1)]
+    measured = _run(one, roofline=True, roofline_plan="cached_verifier", roofline_prefix_share=h).plan
+    s, step = _pool().mean_sequence_tokens(), _pool().mean_step_tokens()
+    kv = SETTING.verifier.kv_bytes_per_token
+    assert measured.verifier_kv_bytes == pytest.approx(measured.prefill_batch * (step + (s - step) / h) * kv)
+
+
 @pytest.mark.parametrize("make", [
     lambda: BeamSearchSpec(width=0),
     lambda: BeamSearchSpec(width=4, branching=8),
     lambda: BeamServeConfig(SETTING, SEARCH, lookahead=True),
     lambda: BeamServeConfig(SETTING, SEARCH, max_num_seqs=0),
     lambda: BeamServeConfig(SETTING, SEARCH, roofline_plan="paper"),
+    lambda: BeamServeConfig(SETTING, SEARCH, roofline_prefix_share=0.5),
+    lambda: BeamServeConfig(SETTING, SEARCH, roofline_prefix_share=True),
     lambda: BeamServeConfig(SETTING, SEARCH, truncation_mean=2.0),
     lambda: BeamSetting("x", SETTING.generator, SETTING.verifier, SETTING.hardware, 0.1),
     lambda: StepPool((((5, 0.5),),), (), "x"),

@@ -20,6 +20,7 @@ request's arrival to the verification that finished the beam).
 
 from __future__ import annotations
 
+import math
 import statistics
 from dataclasses import dataclass, field
 
@@ -52,6 +53,9 @@ class BeamServeConfig:
     verifier_prefix_caching: bool = True  # False: the verifier prefills whole beams every iteration
     # what the roofline allocator is told about the two models (ROOFLINE_PLANS)
     roofline_plan: str = "prefix_cached"
+    # beams sharing each context token, for the plan (None: the branching factor, siblings only;
+    # a measured value: :func:`~reasonserve.sim.beam_tree.context_share` of warm-up searches)
+    roofline_prefix_share: float | None = None
 
     def __post_init__(self) -> None:
         for fname in ("prefix_aware", "roofline", "speculation", "verifier_prefix_caching"):
@@ -71,6 +75,10 @@ class BeamServeConfig:
             raise InvalidArgumentError(
                 f"roofline_plan must be one of {ROOFLINE_PLANS}, got {self.roofline_plan!r}"
             )
+        h = self.roofline_prefix_share
+        bad_share = isinstance(h, bool) or not isinstance(h, (int, float)) or not 1 <= h < math.inf
+        if h is not None and bad_share:
+            raise InvalidArgumentError(f"roofline_prefix_share must be None or a finite number >= 1: {h!r}")
         self.selector()  # validates truncation_mean
 
     @property

@@ -70,8 +70,9 @@ class BeamRun:
     def _plan_models(self) -> dict:
         """The allocator's view of the two models (``BeamServeConfig.roofline_plan``): with
         prefix caching a verification prefills the mean step and the copies of a kept beam
-        (``branching`` of them) share its cached path."""
-        cfg, share = self.cfg, self.cfg.search.branching
+        (``branching`` of them, or ``roofline_prefix_share`` beams) share its cached path."""
+        cfg = self.cfg
+        share = cfg.search.branching if cfg.roofline_prefix_share is None else cfg.roofline_prefix_share
         models: dict = {}
         if cfg.roofline_plan != "whole_beams" and cfg.verifier_prefix_caching:
             models["verifier_cache"] = PrefixCachedVerifier(self.pool.mean_step_tokens(), share)

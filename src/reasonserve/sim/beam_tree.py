@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from reasonserve.sim.beam_workload import BeamRequest, BeamSearchSpec, StepPool
 
-__all__ = ["Beam", "SearchTree"]
+__all__ = ["Beam", "SearchTree", "context_share"]
 
 
 @dataclass(slots=True)
@@ -96,3 +96,22 @@ class SearchTree:
         children = [self.child(kept[i % len(kept)], i // len(kept)) for i in range(self.spec.width)]
         self.active = children
         return done, children
+
+
+def context_share(trees: list[SearchTree]) -> float:
+    """How many active beams share each token of their contexts (prompt and path), over every
+    iteration of ``trees`` run to the end policy-free: the tokens of all contexts / the
+    tokens of their distinct nodes (>= 1). A search's own tree, so a host measures it on
+    searches it already ran (warm-up), not on the ones it plans for."""
+    total = distinct = 0
+    for tree in trees:
+        sizes = {tree.prompt_node: tree.request.prompt_tokens}
+        while tree.active:
+            nodes = set()
+            for b in tree.active:
+                total += tree.request.prompt_tokens + b.path_tokens
+                nodes.update(b.path)
+            distinct += sum(sizes[node] for node in nodes)
+            sizes.update((b.beam_id, b.step_tokens) for b in tree.active)
+            tree.select()
+    return total / distinct if distinct else 1.0
