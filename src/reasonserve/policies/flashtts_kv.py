@@ -119,6 +119,16 @@ def _roofline_terms(cost: RooflineCostModel, chunk: tuple[float, float]) -> tupl
     return per_seq, one - (two - one), two - one
 
 
+def _times(batches: list[int], n: int, terms: list, o: float) -> dict[int, float]:
+    """``ceil(n / b)`` waves of the steps ``terms`` for each batch ``b`` (one step kind, the
+    common case, in one comprehension: the search evaluates O(sqrt N) batches)."""
+    if len(terms) == 1:
+        ((c, m0, m1), k), = terms
+        return {b: -(-n // b) * k * (max(b * c, m0 + b * m1) + o) for b in batches}
+    return {b: -(-n // b) * sum(k * (max(b * c, m0 + b * m1) + o) for (c, m0, m1), k in terms)
+            for b in batches}  # fmt: skip
+
+
 class _Stage:
     """Time of ``ceil(N / B)`` waves of one stage, over the batches worth trying: a batch of
     all ``N`` runs ``one_wave`` (with prefix caching its tree stays cached), smaller
@@ -130,12 +140,8 @@ class _Stage:
         self.batches = sorted({-(-n // q) for q in range(1, root + 1)} | set(range(1, min(n, root + 1) + 1)))
         o = cost.step_overhead_s
         terms = {w: [(_roofline_terms(cost, chunk), steps) for chunk, steps in w] for w in {waves, one_wave}}
-
-        def wave_s(b: int) -> float:
-            steps = terms[one_wave if b >= n else waves]
-            return sum(k * (max(b * c, m0 + b * m1) + o) for (c, m0, m1), k in steps)
-
-        self.time = {b: -(-n // b) * wave_s(b) for b in self.batches}
+        self.time = _times([b for b in self.batches if b < n], n, terms[waves], o)
+        self.time.update(_times([b for b in self.batches if b >= n], n, terms[one_wave], o))
         self.best: list[tuple[int, float]] = []  # fastest batch <= batches[i] (ties: larger)
         for b in self.batches:
             if not self.best or self.time[b] <= self.best[-1][1]:
