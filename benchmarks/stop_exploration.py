@@ -3,7 +3,10 @@
 Usage: ``python benchmarks/stop_exploration.py [--data ../shared/data] [--cache PATH] [--only NAME]``.
 Experiments (``--only``, repeatable; all by default): ``ceiling`` (in-sample frontiers), ``oracles``,
 ``hopeless`` (the "going nowhere" measurements and the combined exit rule), ``scale_free`` (thresholds
-carried as quantiles, per-model standardised features), ``escot`` (ES-CoT-style features). Everything
+carried as quantiles, per-model standardised features), ``escot`` (ES-CoT-style features), ``trees``
+(small boosted trees), ``probe_text`` (the probe-text signals in and out), ``reasoning_text``
+(reasoning-text signals on text-probed traces of three models), ``figure``
+(``docs/img/early_exit_curves.png`` and the numbers read off it). Everything
 goes through the library's code path (``stop_training.streams``, ``sweep``, the risk test,
 ``fit_logistic``); held-out numbers leave one model out. The probe streams take about a minute to build;
 ``--cache`` keeps them in a pickle (rebuilt when missing).
@@ -12,6 +15,7 @@ goes through the library's code path (``stop_training.streams``, ``sweep``, the 
 from __future__ import annotations
 
 import argparse
+import itertools
 import pathlib
 import pickle
 import time
@@ -136,7 +140,7 @@ def report(name: str, outs: dict) -> None:
     """Print pooled and per-held-out-model results, ``outs[tol]`` a list over held-out models."""
     print(name)
     for t in TOLERANCES:
-        pooled = outs[t][0] + outs[t][1]
+        pooled = sum(outs[t][1:], outs[t][0])
         per_model = "; ".join(fmt(o) for o in outs[t])
         print(f"  tol {100 * t:g} pt: {fmt(pooled)}  (per held-out model: {per_model})")
 
@@ -395,8 +399,237 @@ def escot(items: list) -> None:
     report("ES-CoT-style features added", outs)
 
 
+def tree_model(x: np.ndarray, y: np.ndarray, w: np.ndarray):
+    """Small boosted trees (scikit-learn, exploration only): depth 3, 100 rounds, no early stopping."""
+    from sklearn.ensemble import HistGradientBoostingClassifier
+
+    model = HistGradientBoostingClassifier(max_depth=3, max_iter=100, learning_rate=0.1, early_stopping=False,
+                                           random_state=0)  # fmt: skip
+    return model.fit(x, y, sample_weight=w / w.mean())
+
+
+def tree_scores(model, s) -> np.ndarray:
+    if not len(s.features):
+        return np.zeros(0)
+    return budget_exit(np.where(s.current >= 0, model.predict_proba(s.features)[:, 1], -1.0), s)
+
+
+def cross_fitted(train: list, fit, score) -> dict:
+    """Scores of the training streams from models fitted without their own dataset (out of fold)."""
+    datasets = sorted({s.group[1] for s in train})
+    out = {}
+    for d in datasets:
+        model = fit([s for s in train if s.group[1] != d])
+        out.update({id(s): score(model, s) for s in train if s.group[1] == d})
+    return out
+
+
+def trees(items: list) -> None:
+    """Boosted trees over the shipped features, the label and weights of the logistic score, held out by
+    model; the threshold by the risk test on (i) the training model's in-sample tree scores, (ii) its
+    scores cross-fitted by dataset (trees fitted in-sample overfit, so (i) is optimistic)."""
+
+    def fit(train):
+        return tree_model(*_training_rows(train))
+
+    report("boosted trees, threshold on in-sample training scores", lomo(items, fit, tree_scores))
+    outs = {t: [] for t in TOLERANCES}
+    for m in models(items):
+        train, test = split(items, m)
+        oof = cross_fitted(train, fit, tree_scores)
+        trs = [oof[id(s)] for s in train]
+        risks = [r for r, _ in sweep(train, trs, _grid(trs))]
+        model = fit(train)
+        tes = [tree_scores(model, s) for s in test]
+        for t in TOLERANCES:
+            outs[t].append(sweep(test, tes, [_chosen(risks, t, DELTA)])[0][1])
+    report("boosted trees, threshold on training scores cross-fitted by dataset", outs)
+
+
+def without(names: tuple[str, ...]):
+    """A transform that zeroes the feature columns ``names`` (those signals not observed)."""
+    cols = [FEATURE_NAMES.index(n) for n in names]
+
+    def transform(s):
+        x = s.features.copy()
+        x[:, cols] = 0.0
+        return x
+
+    return transform
+
+
+def probe_text(items: list) -> None:
+    """The probe-text signals (hesitation word, what follows the ``}``) in and out, held out by model."""
+    report("shipped features (refitted the same way)", transformed_lomo(items, lambda s: s.features))
+    report("without probe text (hesitant, closes, reopens)", transformed_lomo(
+        items, without(("text_seen", "hesitant", "closes", "reopens"))))  # fmt: skip
+    report("without the hesitation word only", transformed_lomo(items, without(("hesitant",))))
+
+
+def kagree_lomo(items: list) -> dict:
+    """The "last k agree" baseline, k by the risk test on the other models."""
+    return lomo(items, lambda train: None, lambda _, s: agree_runs(s))
+
+
+def reasoning_text(data: pathlib.Path) -> None:
+    """Reasoning-text signals held out by model: text-probed traces of three models (Qwen3-8B full texts,
+    SkyThought 14B on AMC23 and 27B on MATH-500; ``replay.cot`` probing every 64 tokens, each probe carrying
+    the reasoning since the previous one), leave one trace file (model) out."""
+    from reasonserve.replay.cot import load_traces
+
+    t0 = time.time()
+    files = sorted((data / "reasoning_traces").glob("*.jsonl*"))
+    trajs = [tr for f in files for tr in load_traces(f)]
+    items = streams(trajs)
+    print(f"built {len(items)} text-probed streams from {len(files)} files in {time.time() - t0:.0f} s")
+    for m in models(items):
+        its = split(items, m)[1]
+        acc = np.mean([s.trajectory.final_correct for s in its])
+        print(f"  {m}: {len(its)} traces, final accuracy {100 * acc:.1f}%")
+    tail = ("tail_seen", "tail_hesitation", "tail_verifies", "tail_new_approach")
+    report("with reasoning-text features", transformed_lomo(items, lambda s: s.features))
+    report("without reasoning-text features", transformed_lomo(items, without(tail)))
+    report("k agree", kagree_lomo(items))
+
+
+# ---------------------------------------------------------------- the figure of docs/benchmarks.md
+
+FIGURE = pathlib.Path(__file__).resolve().parents[1] / "docs" / "img" / "early_exit_curves.png"
+TARGET_SAVINGS, TOLERANCE_PT = 0.30, 0.5
+
+
+def curve(items: list, scores: list, grid) -> list:
+    """(savings, accuracy change in points) per threshold of ``grid``."""
+    return [(o.savings, -100 * o.accuracy_loss) for _, o in sweep(items, scores, grid)]
+
+
+def score_grid(scores: list, n: int = 200) -> list[float]:
+    fin = np.concatenate([sc[np.isfinite(sc)] for sc in scores if len(sc)])
+    return sorted(set(np.quantile(fin, np.linspace(0, 1, n)).tolist()) | {np.inf}, reverse=True)
+
+
+def window_curve(items: list) -> list:
+    """``AgreeSpanRule(t, 2048)`` (the window rule's family) for spans t, through the replay rule that
+    equals it probe for probe (``TokenWindowRule``)."""
+    from reasonserve.replay.probe_rules import TokenWindowRule, evaluate
+
+    trajs = [s.trajectory for s in items]
+    outs = [evaluate(TokenWindowRule(t, 2048), trajs) for t in range(12288, 127, -128)]
+    return [(o.savings, -100 * o.accuracy_loss) for o in outs]
+
+
+def read_off(points: list) -> str:
+    """Best savings with a change >= -0.5 pt, and the change at 30% savings (interpolated)."""
+    within = [sv for sv, d in points if d >= -TOLERANCE_PT - 1e-9]
+    best = max(within) if within else 0.0
+    pts = sorted(points)
+    at = None
+    for (s0, d0), (s1, d1) in itertools.pairwise(pts):
+        if s0 <= TARGET_SAVINGS <= s1 and s1 > s0:
+            at = d0 + (d1 - d0) * (TARGET_SAVINGS - s0) / (s1 - s0)
+            break
+    return f"best savings within -0.5 pt {100 * best:.1f}%; change at 30% " + (
+        f"{at:+.2f} pt" if at is not None else "not reached"
+    )
+
+
+def figure_data(items: list) -> dict:
+    """Every curve and point of the figure, printed as read off."""
+    from reasonserve.replay.probe_rules import OracleRule, TokenWindowRule, evaluate
+    from reasonserve.replay.stop_training import cross_validate_streams, held_out_scores
+
+    held = held_out_scores(items, model_of)
+    everything = fit_default(items)
+    in_sample = [logit_scores(everything, s) for s in items]
+    runs = [agree_runs(s) for s in items]
+    cv = cross_validate_streams(items, model_of)
+    trajs = [s.trajectory for s in items]
+    settled, window = evaluate(OracleRule(), trajs), evaluate(TokenWindowRule(2432, 2048), trajs)
+    first_equal = oracle(items, hopeless=False)
+    data = {
+        "curves": {
+            "learned + budget exit, held out by model (the shipped rule's family)": curve(
+                items, held, score_grid(held)
+            ),
+            "last k agree (k = 200 .. 1)": curve(items, runs, [float(k) for k in range(200, 0, -1)]),
+            "window rule family: answer held t tokens, min 2,048": window_curve(items),
+            "ceiling: learned + budget exit fitted and scored on all runs (in-sample)": curve(
+                items, in_sample, score_grid(in_sample)
+            ),
+        },
+        "calibrated": {
+            "learned, risk test, held out by model": [(t, cv[t].pooled_learned) for t in TOLERANCES],
+            "k agree, risk test, held out by model": [(t, cv[t].pooled_kagree) for t in TOLERANCES],
+        },
+        "points": {
+            "window_rule() (2,432 tokens, min 2,048; fixed)": (window.savings, -100 * window.accuracy_loss),
+            "oracle: every later probe equals the final answer": (
+                settled.savings,
+                -100 * settled.accuracy_loss,
+            ),
+            "oracle: first probe equal to the final answer": (first_equal[0], 100 * first_equal[1]),
+        },
+    }
+    for name, pts in data["curves"].items():
+        print(f"  {name}: {read_off(pts)}")
+    for name, pts in data["calibrated"].items():
+        print(f"  {name}: " + "; ".join(f"{100 * t:g} pt: {fmt(o)}" for t, o in pts))
+    for name, (sv, d) in data["points"].items():
+        print(f"  {name}: {100 * sv:.1f}% at {d:+.2f}")
+    return data
+
+
+def plot_figure(data: dict, path: pathlib.Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(9, 5.6), dpi=110)
+    ax.axhspan(-TOLERANCE_PT, 3, xmin=0, xmax=1, color="0.93", zorder=0)
+    ax.axhline(-TOLERANCE_PT, color="0.35", lw=0.8, ls="--")
+    ax.axvline(100 * TARGET_SAVINGS, color="0.35", lw=0.8, ls="--")
+    ax.fill_between([100 * TARGET_SAVINGS, 70], -TOLERANCE_PT, 3, color="#c8e6c9", zorder=0)
+    ax.text(100 * TARGET_SAVINGS + 0.5, 1.15, "target: >= 30% savings\nat <= 0.5 pt loss", fontsize=8)
+    styles = ["-", "-", "-.", ":"]
+    colors = ["tab:blue", "tab:orange", "tab:green", "tab:purple"]
+    for (name, pts), ls, c in zip(data["curves"].items(), styles, colors, strict=True):
+        pts = sorted(pts)
+        ax.plot([100 * s for s, _ in pts], [d for _, d in pts], ls, color=c, lw=1.5, label=name)
+    marks = zip(data["calibrated"].items(), ["tab:blue", "tab:orange"], ["o", "s"], strict=True)
+    for (name, pts), c, mk in marks:
+        ax.scatter([100 * o.savings for _, o in pts], [-100 * o.accuracy_loss for _, o in pts], color=c,
+                   marker=mk, edgecolor="k", zorder=4, s=36,
+                   label=f"{name} (tolerance 0 / 0.5 / 1 / 2 pt)")  # fmt: skip
+        for t, o in pts:
+            ax.annotate(f"{100 * t:g}", (100 * o.savings, -100 * o.accuracy_loss), fontsize=7, xytext=(4, -9),
+                        textcoords="offset points")  # fmt: skip
+    for (name, (sv, d)), mk in zip(data["points"].items(), ["D", "*", "P"], strict=True):
+        ax.scatter([100 * sv], [d], marker=mk, s=70, color="k" if mk != "D" else "tab:green", zorder=5,
+                   label=f"{name}: {100 * sv:.1f}%")  # fmt: skip
+    ax.set_xlim(0, 62)
+    ax.set_ylim(-5, 1.5)
+    ax.set_xlabel("reasoning-token savings (%)")
+    ax.set_ylabel("accuracy change (points) vs full runs")
+    ax.set_title(
+        "Early exit, 4,376 recorded trajectories of 2 models: savings vs accuracy change", fontsize=10
+    )
+    ax.legend(fontsize=7, loc="lower left")
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path)
+    plt.close(fig)
+    print(f"  written {path}")
+
+
+def figure(items: list) -> None:
+    plot_figure(figure_data(items), FIGURE)
+
+
 EXPERIMENTS = {"ceiling": ceiling, "oracles": oracles, "hopeless": hopeless, "scale_free": scale_free,
-               "escot": escot}  # fmt: skip
+               "escot": escot, "trees": trees, "probe_text": probe_text, "figure": figure}  # fmt: skip
+TEXT_EXPERIMENTS = {"reasoning_text": reasoning_text}  # read the reasoning traces, not the probe streams
 
 
 def main() -> None:
@@ -404,13 +637,18 @@ def main() -> None:
     data = pathlib.Path(__file__).resolve().parents[2] / "shared" / "data"
     parser.add_argument("--data", type=pathlib.Path, default=data)
     parser.add_argument("--cache", type=pathlib.Path, default=None, help="pickle of the probe streams")
-    parser.add_argument("--only", action="append", choices=sorted(EXPERIMENTS), help="repeatable")
+    parser.add_argument("--only", action="append", choices=sorted({**EXPERIMENTS, **TEXT_EXPERIMENTS}),
+                        help="repeatable")  # fmt: skip
     args = parser.parse_args()
-    items = load_streams(args.data, args.cache)
-    for name in args.only or list(EXPERIMENTS):
+    names = args.only or [*EXPERIMENTS, *TEXT_EXPERIMENTS]
+    items = load_streams(args.data, args.cache) if set(names) & set(EXPERIMENTS) else []
+    for name in names:
         t0 = time.time()
         print(f"== {name}", flush=True)
-        EXPERIMENTS[name](items)
+        if name in TEXT_EXPERIMENTS:
+            TEXT_EXPERIMENTS[name](args.data)
+        else:
+            EXPERIMENTS[name](items)
         print(f"({time.time() - t0:.0f} s)", flush=True)
 
 

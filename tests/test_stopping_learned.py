@@ -175,12 +175,17 @@ def test_shipped_rule_online_equals_offline_on_recorded_trajectories():
     assert all(math.isfinite(rule.score(x)) for s in items for x in s.features)
 
 
-def test_a_rule_fitted_on_logprobs_reads_them_deer_style():
+def one_feature_rule(feature: str, weight: float = 10.0, bias: float = -5.0) -> LogisticStopRule:
+    """A rule whose score reads one feature (unit scale, threshold 0.5, no budget exit)."""
     weights = [0.0] * len(FEATURE_NAMES)
-    weights[FEATURE_NAMES.index("answer_confidence")] = 10.0
+    weights[FEATURE_NAMES.index(feature)] = weight
     ones = (1.0,) * len(FEATURE_NAMES)
-    rule = LogisticStopRule(tuple(weights), (0.0,) * len(FEATURE_NAMES), ones, bias=-5.0, threshold=0.5,
+    return LogisticStopRule(tuple(weights), (0.0,) * len(FEATURE_NAMES), ones, bias=bias, threshold=0.5,
                             budget_exit=False)  # fmt: skip
+
+
+def test_a_rule_fitted_on_logprobs_reads_them_deer_style():
+    rule = one_feature_rule("answer_confidence")
     assert rule.requires == frozenset({"answers", "logprobs"})
 
     unsure = rule.start().observe(ProbeObservation(64, "3", answer_logprobs=(math.log(0.2), math.log(0.2))))

@@ -1,7 +1,8 @@
 """Read probe-in-the-middle recordings and precompute what replay needs.
 
 A run folder holds ``probes.csv.gz`` (dataset, problem_id, rollout_id, token_position,
-probe_answer, probe_text, is_certain), ``labels.jsonl`` (target, final_answer,
+probe_answer, probe_text, is_certain; hosts that return log-probabilities may add
+``answer_logprobs``, a JSON list, and ``think_end_logprob``), ``labels.jsonl`` (target, final_answer,
 final_correct, tokens_used, finished_naturally per trajectory) and ``meta.json``.
 Each trajectory becomes a :class:`Trajectory` whose probe answers are already
 grouped into equivalence classes and graded against the target once, so that
@@ -72,16 +73,21 @@ class Trajectory:
     texts: tuple[str, ...] = ()  # raw probe text per probe ("" where not recorded)
     tails: tuple[str, ...] = ()  # reasoning text since the previous probe (empty: not kept)
     budget: int = 0  # the run's max reasoning tokens (meta.json budget_tokens; 0: not recorded)
+    answer_logprobs: tuple[tuple[float, ...] | None, ...] = ()  # per probe (empty: none recorded)
+    think_end_logprobs: tuple[float | None, ...] = ()  # log P(</think>) per probe (empty: none recorded)
 
     def observations(self) -> list[ProbeObservation]:
         """The probes as a host would hand them to a stopping rule, in order."""
         if len(self.answers) != len(self.positions):
             raise InvalidArgumentError(f"{self.run} {self.key}: raw probe answers were not kept")
-        texts = self.texts or ("",) * len(self.positions)
-        tails = self.tails or ("",) * len(self.positions)
-        rows = zip(self.positions, self.answers, texts, tails, strict=True)
+        n = len(self.positions)
+        texts = self.texts or ("",) * n
+        tails = self.tails or ("",) * n
+        lps = self.answer_logprobs or (None,) * n
+        ends = self.think_end_logprobs or (None,) * n
+        rows = zip(self.positions, self.answers, texts, tails, lps, ends, strict=True)
         budget = self.budget or None
-        return [ProbeObservation(p, a, t, r, budget_tokens=budget) for p, a, t, r in rows]
+        return [ProbeObservation(p, a, t, r, lp, e, budget) for p, a, t, r, lp, e in rows]
 
     def class_of(self, answer: str | None) -> int:
         """Class id of a raw probe answer of this trajectory (-1: not one of them)."""
@@ -114,8 +120,12 @@ def _read_probes(path: pathlib.Path) -> dict[tuple[str, str, str], list[dict]]:
                 missing = missing or ["probe_answer or probe_text"]
                 raise InvalidArgumentError(f"{path}: probe columns missing: {missing}")
             for row in reader:
-                where = f"{path}:{reader.line_num}: token_position"
-                row["token_position"] = _count(row["token_position"], where)
+                if None in row or None in row.values():  # more, or fewer, fields than the header
+                    raise InvalidArgumentError(f"{path}:{reader.line_num}: {len(row) - (None in row)} "
+                                               f"fields named, the header has {len(columns)}")  # fmt: skip
+                where = f"{path}:{reader.line_num}"
+                row["token_position"] = _count(row["token_position"], f"{where}: token_position")
+                _parse_logprobs(row, where)
                 rows.setdefault((row["dataset"], row["problem_id"], row["rollout_id"]), []).append(row)
     except (UnicodeDecodeError, gzip.BadGzipFile, EOFError, csv.Error) as exc:
         raise InvalidArgumentError(f"{path}: unreadable ({type(exc).__name__}: {exc})") from None
@@ -135,6 +145,28 @@ def _count(value, where: str) -> int:
     return int(number)
 
 
+def _parse_logprobs(row: dict, where: str) -> None:
+    """The optional columns of hosts that return log-probabilities, parsed in place: ``answer_logprobs``
+    (a JSON list of the answer tokens' log-probabilities) and ``think_end_logprob`` (a number); an empty
+    field is "not recorded" (``None``). A malformed value is a typed error naming ``where``."""
+    for key in ("answer_logprobs", "think_end_logprob"):
+        value = row.get(key)
+        if value is None or value.strip() == "":
+            row[key] = None
+            continue
+        try:
+            parsed = json.loads(value) if key == "answer_logprobs" else float(value)
+            if key == "answer_logprobs":
+                if not isinstance(parsed, list) or not all(isinstance(v, (int, float)) for v in parsed):
+                    raise ValueError("expected a JSON list of numbers")
+                parsed = tuple(float(v) for v in parsed)
+            obs = {"answer_logprobs": parsed} if key == "answer_logprobs" else {"think_end_logprob": parsed}
+            ProbeObservation(0, None, **obs)  # the same checks a host's observation gets
+        except (ValueError, RecursionError, InvalidArgumentError) as exc:
+            raise InvalidArgumentError(f"{where}: {key}: {exc} (got {value[:80]!r})") from None
+        row[key] = parsed
+
+
 def _checked_label(label: dict, where: str) -> dict:
     missing = [f for f in _LABEL_FIELDS if label.get(f) is None]
     if missing:
@@ -148,13 +180,15 @@ def _trajectory(
     run: str, label: dict, probes: list[dict], gate: ProbeConsistency, meta: tuple[int, ...], grade: Grade
 ) -> Trajectory:
     classes = AnswerClasses()
-    raw, counted, positions, answers, texts = [], [], [], [], []
+    raw, counted, positions, answers, texts, lps, ends = [], [], [], [], [], [], []
     for row in probes:
         text = row.get("probe_text")
         answer = (extract_probe_answer(text) if text else row.get("probe_answer")) or None
         cid = classes.add(answer)
         answers.append(answer)
         texts.append(text or "")
+        lps.append(row.get("answer_logprobs"))
+        ends.append(row.get("think_end_logprob"))
         raw.append(cid)
         counted.append(cid if gate.is_confident(text) else -1)
         positions.append(row["token_position"])
@@ -183,6 +217,8 @@ def _trajectory(
         answers=tuple(answers),
         texts=tuple(texts),
         budget=meta[1],
+        answer_logprobs=tuple(lps) if any(x is not None for x in lps) else (),
+        think_end_logprobs=tuple(ends) if any(x is not None for x in ends) else (),
     )
 
 
@@ -213,19 +249,27 @@ def load_run(
     Probes after ``tokens_used`` are dropped (they cannot be reached), and so are probe
     rows of no labelled trajectory; both are counted in ``skipped`` (when given) under
     ``"probes after tokens_used"`` and ``"probe rows without a label"``. A trajectory
-    without probes is kept: every rule runs it to the end.
+    without probes is kept: every rule runs it to the end. Typed errors naming the file
+    (and row): a probe row with more or fewer fields than the header, a bad
+    ``token_position``, a label missing a field or labelling a trajectory twice, a
+    ``meta.json`` that is not a JSON object or whose ``probe_interval_tokens`` /
+    ``budget_tokens`` is not a whole number >= 1 (absent: not recorded).
     """
     root = pathlib.Path(folder)
     for name in ("probes.csv.gz", "labels.jsonl"):
         if not (root / name).is_file():
             raise InvalidArgumentError(f"{root} is not a probe run: {name} is missing")
     gate = gate or ProbeConsistency()
-    meta = tuple(_recorded(root / "meta.json", key) for key in ("probe_interval_tokens", "budget_tokens"))
+    recorded = _read_meta(root / "meta.json")
+    keys = ("probe_interval_tokens", "budget_tokens")
+    meta = tuple(_recorded(root / "meta.json", recorded, k) for k in keys)
     probes = _read_probes(root / "probes.csv.gz")
     out, seen, late = [], set(), 0
     for line_no, raw in read_jsonl(root / "labels.jsonl"):
         label = _checked_label(raw, f"{root / 'labels.jsonl'}:{line_no}")
         key = (str(label["dataset"]), str(label["problem_id"]), str(label["rollout_id"]))
+        if key in seen:  # a second label would replay the same probes twice
+            raise InvalidArgumentError(f"{root / 'labels.jsonl'}:{line_no}: {key} is labelled twice")
         seen.add(key)
         rows = [r for r in probes.get(key, []) if r["token_position"] <= label["tokens_used"]]
         late += len(probes.get(key, [])) - len(rows)
@@ -237,10 +281,26 @@ def load_run(
     return out
 
 
-def _recorded(meta: pathlib.Path, key: str) -> int:
-    """A positive whole number ``key`` from ``meta.json`` (0 when absent or malformed)."""
+def _read_meta(meta: pathlib.Path) -> dict:
+    """``meta.json`` as a dict (``{}``: no file); unreadable or not an object: a typed error."""
+    if not meta.is_file():
+        return {}
     try:
-        value = json.loads(meta.read_text(encoding="utf-8")).get(key, 0)
-    except (OSError, ValueError, AttributeError):
+        payload = json.loads(meta.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
+        raise InvalidArgumentError(f"{meta}: unreadable ({type(exc).__name__}: {exc})") from None
+    if not isinstance(payload, dict):
+        raise InvalidArgumentError(f"{meta}: expected a JSON object, got {type(payload).__name__}")
+    return payload
+
+
+def _recorded(meta: pathlib.Path, payload: dict, key: str) -> int:
+    """The positive whole number ``key`` of ``meta.json`` (0: not recorded); anything else is a typed
+    error naming the file and key (a budget silently read as "not recorded" would switch the shipped
+    rule's budget exit off)."""
+    value = payload.get(key)
+    if value is None:
         return 0
-    return value if isinstance(value, int) and value > 0 else 0
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise InvalidArgumentError(f"{meta}: {key} must be a whole number >= 1, got {value!r}")
+    return value
