@@ -12,10 +12,10 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from reasonserve.core import Phase
+from reasonserve.core.columns import QueueColumns
 from reasonserve.core.decisions import Order, Preempt
 from reasonserve.policies import RequestView, SchedulerView, _ranked
 from reasonserve.policies import _order as order_mod
-from reasonserve.policies import dynasor as dynasor_mod
 from reasonserve.policies import flashtts_prefix as prefix_mod
 from reasonserve.policies import lpm as lpm_mod
 from reasonserve.policies._order import argsort_lazily, lex_order, ranked_lazily
@@ -336,8 +336,8 @@ def test_running_many_equals_one_at_a_time(free, seats, preempted):
 
 def test_dynasor_reads_no_estimate_when_every_program_is_escalated(monkeypatch):
     reads = []
-    real = dynasor_mod._GENERATED
-    monkeypatch.setattr(dynasor_mod, "_GENERATED", lambda r: reads.append(r.request_id) or real(r))
+    real = QueueColumns.column
+    monkeypatch.setattr(QueueColumns, "column", lambda self, name: reads.append((name, len(self))) or real(self, name))
     # pa arrived first but has the most work left: SJF would put pb first, escalation pa
     waiting = (_wait(0, "pa", 2), _wait(1, "pa", 2), _wait(2, "pb", 2))
     running = (_run(3, "pb"),)
@@ -345,13 +345,13 @@ def test_dynasor_reads_no_estimate_when_every_program_is_escalated(monkeypatch):
     decisions, _ = DynasorPolicy(starvation_bound_s=60.0, prior_tokens=100.0).step(starved, DynasorState())
     assert decisions == _gang_plain(starved)  # (earliest arrival, program): pa first
     assert [d.request_id for d in decisions] == ["w0", "w1", "w2"]
-    assert reads == ["r3"]  # only the running request's tokens (the history), no estimate
+    assert ("num_output_tokens", 3) not in reads  # no estimate: the queue's tokens are not read
     reads.clear()
     fresh = SchedulerView(30.0, waiting, running, 9, 4, 8)  # nothing escalated: SJF, pb first
     decisions, _ = DynasorPolicy(starvation_bound_s=60.0, prior_tokens=100.0).step(fresh, DynasorState())
     assert decisions == decide_ranked(fresh, [running[0], waiting[2], waiting[0], waiting[1]])
     assert [d.request_id for d in decisions] == ["w2", "w0", "w1"]
-    assert sorted(reads) == ["r3", "r3", "w0", "w1", "w2"]
+    assert sorted(reads).count(("num_output_tokens", 3)) == 1  # the estimate reads them once
 
 
 # --- App-FIFO and Dynasor against their plain definitions -----------------------------------

@@ -1,5 +1,6 @@
 """Small value types and errors shared by every layer of reasonserve."""
 
+from reasonserve.core.columns import ColumnStore, QueueColumns, columns_of
 from reasonserve.core.errors import (
     ImplementationUnavailableError,
     InvalidArgumentError,
@@ -11,11 +12,14 @@ from reasonserve.core.errors import (
 from reasonserve.core.phase import Phase
 
 __all__ = [
+    "ColumnStore",
     "ImplementationUnavailableError",
     "InvalidArgumentError",
     "InvalidTypeError",
     "Phase",
     "PolicyError",
+    "QueueColumns",
     "ReasonserveError",
     "UnknownRequestError",
+    "columns_of",
 ]

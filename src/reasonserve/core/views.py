@@ -9,14 +9,25 @@ it belongs to (reasoning programs: self-consistency samples, beams), prefix hash
 counts answer tokens and paces them (PASCAL's token pacer) also says how many and
 when the user will have read them. Views are immutable;
 policies must not keep references that outlive ``decide``.
+
+A host that keeps its waiting queue as columns (:class:`~reasonserve.core.columns.ColumnStore`)
+also passes ``waiting_columns``: a :class:`~reasonserve.core.columns.QueueColumns` whose
+row i describes ``waiting[i]`` (same values as the view's fields). Policies read the
+queue through :func:`~reasonserve.core.columns.columns_of`, which falls back to reading
+the objects, so a view without columns gets the same decisions. A host that replaces
+``waiting`` (``dataclasses.replace``) must replace or drop the columns with it.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
+from reasonserve.core.errors import InvalidArgumentError
 from reasonserve.core.phase import Phase
+
+if TYPE_CHECKING:
+    from reasonserve.core.columns import QueueColumns
 
 __all__ = ["InstanceView", "ProgramView", "RequestView", "SchedulerView"]
 
@@ -93,3 +104,12 @@ class SchedulerView:
     step: int = 0
     programs: tuple[ProgramView, ...] = ()
     instance_id: str = "0"
+    waiting_columns: QueueColumns | None = None  # the host's columns of ``waiting``, row by row
+
+    def __post_init__(self) -> None:
+        cols = self.waiting_columns
+        if cols is not None and len(cols) != len(self.waiting):
+            raise InvalidArgumentError(
+                f"waiting_columns has {len(cols)} rows for {len(self.waiting)} waiting requests (row i "
+                "must describe waiting[i])"
+            )

@@ -7,12 +7,18 @@ budget in the policy's order (``Order``/``TokenBudget``; by default running orde
 decodes first) and grows block tables. The scheduler never picks whom to admit or
 preempt, with one exception for liveness: when no running request can get a block
 and the policy preempted nothing, the last request in the step's order is preempted.
+
+The waiting queue is also kept as columns (:class:`~reasonserve.core.columns.ColumnStore`,
+updated as requests enter and leave it), so the view's waiting requests and their
+``waiting_columns`` cost one copy per step, not a view built per waiting request: a waiting
+request's view is built when it enters the queue (nothing a view reports changes while it waits).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
+from reasonserve.core.columns import ColumnStore
 from reasonserve.core.policy import check_policy, policy_name
 from reasonserve.core.views import ProgramView, RequestView, SchedulerView
 from reasonserve.engine.block_manager import BlockManager, OutOfBlocks
@@ -31,6 +37,7 @@ class Scheduler:
         self.blocks = BlockManager(config.num_blocks, config.block_size)
         self.max_num_seqs = config.max_num_seqs
         self.waiting: list[Sequence] = []
+        self.queue = ColumnStore()  # the waiting queue's views and columns, in its order
         self.running: list[Sequence] = []
         self.by_id: dict[str, Sequence] = {}
         self.steps = self.num_preemptions = 0
@@ -39,8 +46,16 @@ class Scheduler:
     # queues --------------------------------------------------------------------------
     def add(self, seq: Sequence) -> None:
         seq.status, seq.enqueued_s = "waiting", seq.arrival_s
-        self.waiting.append(seq)
+        self._enqueue(seq)
         self.by_id[seq.request_id] = seq
+
+    def _enqueue(self, seq: Sequence) -> None:
+        self.waiting.append(seq)
+        self.queue.append(self.waiting_view(seq))
+
+    def _dequeue(self, seq: Sequence) -> None:
+        self.waiting.remove(seq)
+        self.queue.remove(seq.request_id)
 
     def finish(self, seq: Sequence, reason: str) -> None:
         """Retire a live request: free its blocks, forget it. The full blocks it computed
@@ -53,7 +68,7 @@ class Scheduler:
             self.blocks.free(seq.block_table)
             self.running.remove(seq)
         else:
-            self.waiting.remove(seq)
+            self._dequeue(seq)
         self.by_id.pop(seq.request_id, None)
         seq.block_table, seq.swapped = [], None
         seq.status, seq.finish_reason, seq.finished_s = "finished", reason, self.clock()
@@ -72,10 +87,11 @@ class Scheduler:
         return self.blocks.blocks_for(seq.num_computed if seq.swapped is not None else seq.num_tokens)
 
     # views ---------------------------------------------------------------------------
-    def view(self) -> SchedulerView:
-        def waiting(s: Sequence) -> RequestView:
-            return _request_view(s, 0, self.admission_blocks(s), 0, s.swapped is not None)
+    def waiting_view(self, s: Sequence) -> RequestView:
+        """The view of a waiting request (built when it enters the queue)."""
+        return _request_view(s, 0, self.admission_blocks(s), 0, s.swapped is not None)
 
+    def view(self) -> SchedulerView:
         growth = self._growth = {s.request_id: self.growth(s) for s in self.running}
 
         def running(s: Sequence) -> RequestView:
@@ -83,9 +99,10 @@ class Scheduler:
             return _request_view(s, held, growth[s.request_id], s.quantum_used, False)
 
         cfg = self.config
+        waiting, columns = self.queue.snapshot()
         return SchedulerView(
             self.clock(),
-            tuple(map(waiting, self.waiting)),
+            waiting,
             tuple(map(running, self.running)),
             self.blocks.num_free,
             cfg.block_size,
@@ -94,6 +111,7 @@ class Scheduler:
             cfg.max_num_batched_tokens,
             self.steps,
             self._programs(),
+            waiting_columns=columns,
         )
 
     def _programs(self) -> tuple[ProgramView, ...]:
@@ -135,7 +153,7 @@ class Scheduler:
         else:
             seq.block_table, seq.num_computed = self.blocks.allocate_prompt(seq.tokens, seq.kv_salt)
             seq.num_cached_tokens += seq.num_computed
-        self.waiting.remove(seq)
+        self._dequeue(seq)
         self.running.append(seq)
         seq.status, seq.quantum_used = "running", 0
 
@@ -151,8 +169,8 @@ class Scheduler:
         seq.num_preemptions += 1
         self.num_preemptions += 1
         self.running.remove(seq)
-        self.waiting.append(seq)
         seq.status, seq.enqueued_s = "waiting", self.clock()
+        self._enqueue(seq)
 
     def _hand_out(self, plan: Plan) -> list[tuple[Sequence, int]]:
         first = [s for s in map(self.by_id.get, plan.order) if s is not None and s.status == "running"]

@@ -1,8 +1,10 @@
 """Program grouping shared by the gang-scheduling policies (Dynasor, App-FIFO; pure).
 
-Each request's program is read once (a numpy object column); a program's requests are
-usually queued together, so neighbours are compared in numpy and the program of each run
-is looked up in a dict once a run. Aggregates (earliest arrival, sums) are numpy.
+The grouping comes from :class:`~reasonserve.core.columns.QueueColumns` (program codes and
+keys): the host's columns of the waiting queue when it keeps them, else read off the
+objects (neighbours compared in numpy, one dict entry per run of a program's requests).
+The running requests (a few hundred at most) are always read off the objects and their
+programs matched to the waiting queue's by key. Aggregates (earliest arrival, sums) are numpy.
 """
 
 from __future__ import annotations
@@ -12,50 +14,38 @@ from functools import cached_property
 
 import numpy as np
 
-from reasonserve.core.views import RequestView
-from reasonserve.policies._order import getter, lex_order
+from reasonserve.core.columns import QueueColumns, columns_of
+from reasonserve.core.views import RequestView, SchedulerView
+from reasonserve.policies._order import lex_order
 
 __all__ = ["Programs"]
-
-_PROGRAM = getter("program_id")
-_ARRIVAL = getter("arrival_s")
-
-
-def _runs(column: np.ndarray) -> tuple[dict, np.ndarray, np.ndarray]:
-    """(each distinct key of ``column`` -> the index of its first occurrence, that index for
-    each run of equal neighbours, each run's start). Equal keys usually come in runs (a
-    program's requests are queued together), so neighbours are compared in numpy and the
-    dict is filled once a run."""
-    if len(column) == 0:
-        return {}, np.zeros(0, np.intp), np.zeros(0, np.intp)
-    starts = np.flatnonzero(np.concatenate(([True], np.not_equal(column[1:], column[:-1]))))
-    head: dict = {}
-    firsts = list(map(head.setdefault, column[starts].tolist(), starts.tolist()))
-    return head, np.asarray(firsts, np.intp), starts
 
 
 class Programs:
     """``requests`` grouped by program (a request without a program is its own program,
-    keyed ``"\\x00" + request_id``): ``keys[g]`` is program g's key (in order of first
-    appearance), ``codes[i]`` the program of request i, ``min_arrival[g]`` its earliest
-    arrival (a minimum per run of neighbours, then per program)."""
+    keyed ``"\\x00" + request_id``): ``keys[g]`` is program g's key, ``codes[i]`` the
+    program of request i, ``min_arrival[g]`` its earliest arrival. ``Programs(requests)``
+    reads the objects (keys in order of first appearance); :meth:`of_view` groups
+    ``view.running + view.waiting`` reading the host's columns of the waiting queue."""
 
-    def __init__(self, requests: Sequence[RequestView]) -> None:
+    def __init__(self, requests: Sequence[RequestView], parts: Sequence[QueueColumns] | None = None) -> None:
         self.requests = requests
-        n = len(requests)
-        head, firsts, starts = _runs(np.fromiter(map(_PROGRAM, requests), object, n))
-        if None in head:  # requests without a program: each is its own
-            own = (r.program_id if r.program_id is not None else "\x00" + r.request_id for r in requests)
-            head, firsts, starts = _runs(np.fromiter(own, object, n))
-        self.keys: list[str] = list(head)
-        dense = np.empty(n, np.intp)
-        dense[np.fromiter(head.values(), np.intp, len(head))] = np.arange(len(head))
-        run_codes = dense[firsts]
-        self.codes = np.repeat(run_codes, np.diff(starts, append=n))
-        self.arrival = np.fromiter(map(_ARRIVAL, requests), np.float64, n)
-        self.min_arrival = np.full(len(self.keys), np.inf)
-        if n:
-            np.minimum.at(self.min_arrival, run_codes, np.minimum.reduceat(self.arrival, starts))
+        self._parts = [QueueColumns.from_requests(requests)] if parts is None else list(parts)
+        self.codes, self.keys = _merged(self._parts)
+        self.arrival = self.column("arrival_s").astype(np.float64, copy=False)
+        self.min_arrival = _min_per_code(self.codes, self.arrival, len(self.keys))
+
+    @classmethod
+    def of_view(cls, view: SchedulerView) -> Programs:
+        """``view.running + view.waiting`` grouped (running first)."""
+        parts = (QueueColumns.from_requests(view.running), columns_of(view))
+        return cls(view.running + view.waiting, parts)
+
+    def column(self, name: str) -> np.ndarray:
+        """A numeric column of ``requests`` (:data:`~reasonserve.core.columns.NUMERIC`)."""
+        if len(self._parts) == 1:
+            return self._parts[0].column(name)
+        return np.concatenate([p.column(name) for p in self._parts])
 
     @cached_property
     def index(self) -> dict[str, int]:
@@ -72,3 +62,35 @@ class Programs:
         starts = np.zeros(len(self.keys) + 1, np.intp)
         np.cumsum(np.bincount(self.codes, minlength=len(self.keys)), out=starts[1:])
         return grouped, starts
+
+
+def _merged(parts: Sequence[QueueColumns]) -> tuple[np.ndarray, list[str]]:
+    """Program (codes, keys) of the parts' rows one after another: the last part's codes as
+    they are; each earlier (small) part's programs matched to it by key or added."""
+    last = parts[-1]
+    keys, all_codes, added = list(last.program_keys), [], {}
+    for part in parts[:-1]:
+        if len(part) == 0:
+            continue
+        index = last.program_index if len(last) else {}
+        mapping = np.empty(len(part.program_keys), np.intp)
+        for j, key in enumerate(part.program_keys):
+            code = index.get(key, added.get(key))
+            if code is None:
+                code = added[key] = len(keys)
+                keys.append(key)
+            mapping[j] = code
+        all_codes.append(mapping[part.program_codes])
+    if not all_codes:
+        return last.program_codes, keys
+    return np.concatenate((*all_codes, last.program_codes)), keys
+
+
+def _min_per_code(codes: np.ndarray, values: np.ndarray, num_codes: int) -> np.ndarray:
+    """Per code, the least of ``values`` (inf for none): a minimum per run of equal
+    neighbours (a program's requests usually come together), then per code."""
+    out = np.full(num_codes, np.inf)
+    if len(codes):
+        starts = np.flatnonzero(np.concatenate(([True], codes[1:] != codes[:-1])))
+        np.minimum.at(out, codes[starts], np.minimum.reduceat(values, starts))
+    return out

@@ -20,6 +20,6 @@ class AppFIFOPolicy:
     name: str = "app_fifo"
 
     def decide(self, view: SchedulerView) -> Sequence[Decision]:
-        programs = Programs(view.running + view.waiting)
+        programs = Programs.of_view(view)
         order = programs.order(programs.min_arrival)  # (earliest arrival, program key)
         return decide_programs(view, programs, order)

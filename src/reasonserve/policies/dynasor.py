@@ -95,7 +95,7 @@ class DynasorPolicy:
     def program_keys(self, view: SchedulerView, state: DynasorState) -> dict[str, tuple]:
         """Per live program: (0, arrival, id) once escalated, else (1, estimated remaining
         tokens, arrival, id)."""
-        programs = Programs(view.running + view.waiting)
+        programs = Programs.of_view(view)
         escalated, value, arrival = self._program_arrays(view, state, programs)
         return {
             pid: (0, float(arrival[g]), pid) if escalated[g] else (1, float(value[g]), float(arrival[g]), pid)
@@ -128,13 +128,13 @@ class DynasorPolicy:
         for g, p in reported:
             if not p.done:
                 extra[g] = max(0, p.max_knob - p.knob - len(p.request_ids)) * means[g]
-        reqs, codes = programs.requests, programs.codes
-        generated = np.fromiter(map(_GENERATED, reqs), np.float64, len(reqs))
+        codes = programs.codes
+        generated = programs.column("num_output_tokens").astype(np.float64)
         left = np.maximum(1.0, means[codes] - generated)
         return np.bincount(codes, weights=left, minlength=len(programs.keys)) + extra
 
     def step(self, view: SchedulerView, state: DynasorState) -> tuple[list[Decision], DynasorState]:
-        programs = Programs(view.running + view.waiting)
+        programs = Programs.of_view(view)
         state = _observe(state, view, programs)
         escalated, value, arrival = self._program_arrays(view, state, programs)
         order = programs.order(~escalated, value, arrival)

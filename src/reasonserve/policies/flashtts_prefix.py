@@ -24,6 +24,7 @@ from itertools import chain
 
 import numpy as np
 
+from reasonserve.core.columns import QueueColumns, columns_of
 from reasonserve.core.decisions import Decision, Order, Preempt
 from reasonserve.core.errors import InvalidArgumentError
 from reasonserve.core.views import RequestView, SchedulerView
@@ -32,7 +33,6 @@ from reasonserve.policies._ranked import decide_running_first
 
 __all__ = ["PrefixAwarePolicy", "eviction_cost", "prefix_order"]
 
-_ARRIVAL = getter("arrival_s")
 _HASHES = getter("prefix_hashes")
 
 
@@ -49,18 +49,27 @@ def _path_order(paths: Sequence[Sequence[Hashable]], taken: np.ndarray, ints: bo
     index of the k-th path), lazily: indices of ``paths`` sorted by each path's key, the
     tuple of its nodes' ranks (a node's rank: the first ``k`` whose path has it), then
     ``k``. Past :data:`SMALL` paths the ranks come from a numpy sort of the nodes (with
-    ``ints``: nodes are ints, as prefix hashes are) or one C-level pass of ``dict``, and
-    the keys are sorted in numpy, the first few by a partial selection."""
+    ``ints``: nodes are ints in int64, as prefix hashes are) or one C-level pass of ``dict``,
+    and the keys are sorted in numpy, the first few by a partial selection."""
     n = len(paths)
     if n <= SMALL:
         return iter(_plain_order(paths, taken.tolist()))
+    lens = np.fromiter(map(len, paths), np.intp, n)
+    flat = _int_nodes(paths) if ints else None
+    return _ranked_paths(lens, taken, paths if flat is None else flat)
+
+
+def _ranked_paths(lens: np.ndarray, taken: np.ndarray, nodes: Sequence | np.ndarray) -> Iterator[int]:
+    """:func:`_path_order`'s numpy part: ``lens[i]`` is path i's length, ``nodes`` the paths
+    (a sequence of them, or every node of every path in one int64 array, path after path)."""
+    n = len(lens)
     pos = np.empty(n, np.intp)  # path i is the pos[i]-th taken
     pos[taken] = np.arange(n)
-    lens = np.fromiter(map(len, paths), np.intp, n)
-    width = int(lens.max())
+    width = int(lens.max()) if n else 0
     if width == 0:
         return argsort_lazily(pos)
-    rank = _ranks(paths, np.repeat(pos, lens), ints)
+    owner = np.repeat(pos, lens)
+    rank = _int_ranks(nodes, owner) if isinstance(nodes, np.ndarray) else _ranks(nodes, owner)
     offsets = np.cumsum(lens) - lens
     columns = []  # column j: the rank of each path's j-th node, -1 past its end (sorts first)
     for j in range(width):
@@ -89,12 +98,9 @@ def _one_key_fits(n: int, width: int) -> bool:
     return bool((width + 1) * np.log2(n + 1) < 62)
 
 
-def _ranks(paths: Sequence[Sequence[Hashable]], owner: np.ndarray, ints: bool) -> np.ndarray:
+def _ranks(paths: Sequence[Sequence[Hashable]], owner: np.ndarray) -> np.ndarray:
     """For each node occurrence (paths flattened; ``owner``: the position of its path),
-    the least position of a path that has the node."""
-    rank = _int_ranks(paths, owner) if ints else None
-    if rank is not None:
-        return rank
+    the least position of a path that has the node (one C-level pass of ``dict``)."""
     flat_nodes = list(chain.from_iterable(paths))
     first: dict = {}
     by_pos = np.argsort(owner, kind="stable")  # occurrences in path order: setdefault keeps the first
@@ -104,13 +110,17 @@ def _ranks(paths: Sequence[Sequence[Hashable]], owner: np.ndarray, ints: bool) -
     return rank
 
 
-def _int_ranks(paths: Sequence[Sequence[Hashable]], owner: np.ndarray) -> np.ndarray | None:
-    """:func:`_ranks` by one numpy sort when every node is an int64 (read in one C-level
-    pass straight into numpy); None otherwise."""
+def _int_nodes(paths: Sequence[Sequence[Hashable]]) -> np.ndarray | None:
+    """Every node of ``paths`` in one int64 array (one C-level pass), None when some node is
+    not an int in int64 (a float is read as numpy reads it: prefix hashes are ints)."""
     try:
-        flat = np.fromiter(chain.from_iterable(paths), np.int64, len(owner))
+        return np.fromiter(chain.from_iterable(paths), np.int64)
     except (OverflowError, TypeError, ValueError):
         return None
+
+
+def _int_ranks(flat: np.ndarray, owner: np.ndarray) -> np.ndarray:
+    """:func:`_ranks` of int64 nodes (``flat``) by one numpy sort."""
     by_node = np.argsort(flat)
     node = flat[by_node]
     starts = np.flatnonzero(np.concatenate(([True], node[1:] != node[:-1])))
@@ -146,15 +156,23 @@ class PrefixAwarePolicy:
     def decide(self, view: SchedulerView) -> Sequence[Decision]:
         running, waiting = view.running, view.waiting
         ordered_running = list(map(running.__getitem__, _greedy(running)))
-        ranked = map(waiting.__getitem__, _greedy(waiting))  # read lazily
+        host = columns_of(view) if view.waiting_columns is not None else None
+        ranked = map(waiting.__getitem__, _greedy(waiting, host))  # read lazily
         decisions = decide_running_first(view, ordered_running, ranked)
         preempted = {d.request_id for d in decisions if isinstance(d, Preempt)}
         kept = tuple(r.request_id for r in ordered_running if r.request_id not in preempted)
         return ([Order(kept)] if kept else []) + decisions
 
 
-def _greedy(requests: Sequence[RequestView]) -> Iterator[int]:
-    """Indices of ``requests`` in greedy prefix order, taken by (arrival, request id)."""
-    arrival = np.fromiter(map(_ARRIVAL, requests), np.float64, len(requests))
-    by_arrival = lex_order((arrival,), lambda: list(map(BY_ID, requests)))
+def _greedy(requests: Sequence[RequestView], columns: QueueColumns | None = None) -> Iterator[int]:
+    """Indices of ``requests`` in greedy prefix order, taken by (arrival, request id);
+    ``columns`` (row i: ``requests[i]``) when the host keeps them: the paths are read from
+    them when every one fits in the columns kept (int64 hashes), else off the objects."""
+    host = columns is not None
+    columns = QueueColumns.from_requests(requests) if columns is None else columns
+    by_arrival = lex_order((columns.column("arrival_s"),), lambda: list(map(BY_ID, requests)))
+    if host and len(requests) > SMALL and columns.prefix_heads is not None:
+        lens, heads = columns.prefix_lens, columns.prefix_heads
+        if int(lens.max()) <= heads.shape[1]:
+            return _ranked_paths(lens, by_arrival, heads[np.arange(heads.shape[1]) < lens[:, None]])
     return _path_order(list(map(_HASHES, requests)), by_arrival, ints=True)

@@ -2,9 +2,12 @@
 requests sharing the longest prefix with the cached (running) requests go first, then
 by arrival. The cache is approximated by the prefix-block hashes of running requests.
 
-Cost on a long queue: a few C-level passes over the waiting requests (their hashes, each
-one's cached prefix, arrivals) and one numpy sort; the requests are then read in ranked
-order only until admission is blocked."""
+Cost on a long queue: with the host's columns (``SchedulerView.waiting_columns``: the
+first prefix hashes of each request as int64 columns) the match is found column by
+column in numpy (a binary search of the sorted cached hashes), the objects read only for
+a match longer than the columns; without them, a few C-level passes over the waiting
+requests (their hashes, each one's cached prefix, arrivals). Then one numpy sort; the
+requests are read in ranked order only until admission is blocked."""
 
 from __future__ import annotations
 
@@ -15,15 +18,15 @@ from operator import itemgetter
 
 import numpy as np
 
+from reasonserve.core.columns import QueueColumns, columns_of
 from reasonserve.core.decisions import Decision
-from reasonserve.core.views import SchedulerView
+from reasonserve.core.views import RequestView, SchedulerView
 from reasonserve.policies._order import getter, ordered, ranked_lazily
 from reasonserve.policies._ranked import decide_running_first
 
-__all__ = ["LPMPolicy", "cached_prefix_blocks"]
+__all__ = ["LPMPolicy", "cached_prefix_blocks", "cached_prefix_columns"]
 
 _HASHES = getter("prefix_hashes")
-_ARRIVAL = getter("arrival_s")
 
 
 COLUMNS = 8  # blocks matched column by column before the rest of each match is walked per request
@@ -56,14 +59,45 @@ def cached_prefix_blocks(hashes: Sequence[tuple[int, ...]], cached: set[int]) ->
     return match
 
 
+def cached_prefix_columns(
+    columns: QueueColumns, requests: Sequence[RequestView], cached: set
+) -> np.ndarray | None:
+    """:func:`cached_prefix_blocks` of ``requests`` from their columns (``columns``: row i
+    describes ``requests[i]``): block ``k`` of every row still matching is looked up in
+    the sorted cached hashes (numpy), for the columns kept; a longer match is finished on
+    the objects. None when the columns cannot decide it as Python's set would (a head
+    that is not an int64, or a cached hash that is not an int)."""
+    heads, lens = columns.prefix_heads, columns.prefix_lens
+    table = np.array(list(cached))
+    if heads is None or (table.size and table.dtype.kind not in "ib"):
+        return None
+    table = np.unique(table.astype(np.int64))
+    match, idx = np.zeros(len(lens), np.intp), np.arange(len(lens))
+    for k in range(heads.shape[1]):
+        idx = idx[lens[idx] > k]
+        if not len(idx) or not len(table):
+            return match
+        col = heads[idx, k]
+        idx = idx[table[np.minimum(np.searchsorted(table, col), len(table) - 1)] == col]
+        match[idx] += 1
+    idx = idx[lens[idx] > heads.shape[1]]
+    rest = (takewhile(cached.__contains__, islice(requests[i].prefix_hashes, heads.shape[1], None))
+            for i in idx.tolist())  # fmt: skip
+    match[idx] += np.fromiter(map(len, map(list, rest)), np.intp, len(idx))
+    return match
+
+
 @dataclass(frozen=True, slots=True)
 class LPMPolicy:
     name: str = "lpm"
 
     def decide(self, view: SchedulerView) -> Sequence[Decision]:
         cached = set(chain.from_iterable(map(_HASHES, view.running)))
-        waiting = view.waiting
-        matches = cached_prefix_blocks(list(map(_HASHES, waiting)), cached)
-        arrival = np.fromiter(map(_ARRIVAL, waiting), np.float64, len(waiting))
+        waiting, columns = view.waiting, columns_of(view)
+        host = view.waiting_columns is not None  # read from objects, the prefix columns cost more
+        matches = cached_prefix_columns(columns, waiting, cached) if host else None
+        if matches is None:
+            matches = cached_prefix_blocks(list(map(_HASHES, waiting)), cached)
+        arrival = columns.column("arrival_s")
         ranked = ranked_lazily(waiting, (-matches, arrival))  # longest match, then arrival, then id
         return decide_running_first(view, ordered(view.running, "arrival_s"), ranked)

@@ -1,0 +1,308 @@
+"""Host-kept queue columns: a ColumnStore agrees with the columns read off the objects after
+any sequence of appends and removals; every policy decides the same with and without the
+host's columns (and differently with misaligned ones, so the check has teeth); bad input
+gets typed errors; the engine's scheduler keeps its waiting queue's columns exact."""
+
+import dataclasses
+import random
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from reasonserve.core import InvalidArgumentError, InvalidTypeError, Phase, UnknownRequestError
+from reasonserve.core.columns import NUMERIC, ColumnStore, QueueColumns, columns_of
+from reasonserve.core.views import ProgramView, RequestView, SchedulerView
+from reasonserve.policies import REGISTRY, flashtts_prefix
+from reasonserve.policies._programs import Programs
+from reasonserve.policies.app_fifo import AppFIFOPolicy
+from reasonserve.policies.dynasor import DynasorPolicy, DynasorState
+from reasonserve.policies.flashtts_prefix import PrefixAwarePolicy
+from reasonserve.policies.lpm import LPMPolicy, cached_prefix_blocks, cached_prefix_columns
+
+HASHES = st.lists(st.integers(0, 5), max_size=5).map(tuple)  # shared, some longer than narrow columns
+ODD_HASHES = st.sampled_from([(2**70, 1), (1, "x"), (1, 2.5), (True, 3)])  # not int64 (bool is)
+
+
+def _request(i: int, draw_fields: dict, prefix: str = "w") -> RequestView:
+    return RequestView(f"{prefix}{i}", phase=Phase.PREFILL, **draw_fields)
+
+
+@st.composite
+def request_fields(draw, running: bool = False, odd: bool = True) -> dict:
+    return {
+        "arrival_s": draw(st.sampled_from([0.0, 1.0, 2.5, 3.0, 70.0])),  # ties on purpose
+        "num_prompt_tokens": draw(st.integers(1, 64)),
+        "num_computed_tokens": draw(st.integers(0, 64)),
+        "num_output_tokens": draw(st.integers(0, 3000)),
+        "priority": draw(st.integers(-2, 2)),
+        "num_blocks": draw(st.integers(1, 6)) if running else 0,
+        "blocks_needed": draw(st.integers(0, 2)) if running else draw(st.integers(1, 8)),
+        "enqueued_s": draw(st.floats(0, 100)),
+        "quantum_used": draw(st.integers(0, 300)) if running else 0,
+        "program_id": draw(st.sampled_from([None, "pa", "pb", "pc", "\x00w1"])),
+        "prefix_hashes": draw(st.one_of(HASHES, ODD_HASHES) if odd else HASHES),
+    }
+
+
+def assert_same_columns(a: QueueColumns, b: QueueColumns) -> None:
+    assert len(a) == len(b)
+    for name in NUMERIC:
+        assert a.column(name).dtype == b.column(name).dtype
+        assert np.array_equal(a.column(name), b.column(name)), name
+    keys_a = [a.program_keys[c] for c in a.program_codes.tolist()]
+    assert keys_a == [b.program_keys[c] for c in b.program_codes.tolist()]
+    assert sorted(a.program_keys) == sorted(b.program_keys)  # dense: every key used
+    assert np.array_equal(a.prefix_lens, b.prefix_lens)
+    assert (a.prefix_heads is None) == (b.prefix_heads is None)
+    if a.prefix_heads is not None:
+        assert np.array_equal(a.prefix_heads, b.prefix_heads)
+
+
+# --- the store against the definition ------------------------------------------------------
+
+
+@settings(max_examples=150)
+@given(st.lists(st.tuples(st.booleans(), request_fields(), st.integers(0, 10**6)), max_size=120),
+       st.sampled_from([1, 2, 8]))  # fmt: skip
+def test_store_agrees_with_from_requests_after_appends_and_removals(ops, width):
+    store, queue, old = ColumnStore(prefix_width=width, capacity=1), [], None
+    for i, (add, fields, pick) in enumerate(ops):
+        if add or not queue:
+            queue.append(_request(i, fields))
+            store.append(queue[-1])
+        else:
+            store.remove(queue.pop(pick % len(queue)).request_id)
+        if i % 17 == 0:  # a snapshot is unaffected by later changes
+            old = (tuple(queue), store.snapshot())
+    views, columns = store.snapshot()
+    assert views == tuple(queue) and len(store) == len(queue)
+    assert_same_columns(columns, QueueColumns.from_requests(queue, prefix_width=width))
+    if old is not None:
+        assert old[1][0] == old[0]
+        assert_same_columns(old[1][1], QueueColumns.from_requests(old[0], prefix_width=width))
+    with pytest.raises(ValueError, match="read-only"):
+        columns.column("arrival_s")[:1] = 5.0
+
+
+def test_store_reuses_program_codes_and_compacts():
+    store = ColumnStore(capacity=2)
+    reqs = [
+        RequestView(f"w{i}", float(i), Phase.PREFILL, 4, 0, 0, program_id=f"p{i % 3}") for i in range(300)
+    ]
+    for r in reqs:
+        store.append(r)
+    for r in reqs[:250]:
+        store.remove(r.request_id)
+    assert len(store._keys) == 3 and store._n < 100  # codes reused; dead rows compacted away
+    views, columns = store.snapshot()
+    assert views == tuple(reqs[250:])
+    assert_same_columns(columns, QueueColumns.from_requests(reqs[250:]))
+
+
+# --- policies decide the same with the host's columns ---------------------------------------
+
+
+def _with_columns(view: SchedulerView, width: int, misalign: bool = False) -> SchedulerView:
+    store = ColumnStore(prefix_width=width)
+    for r in reversed(view.waiting) if misalign else view.waiting:
+        store.append(r)
+    return dataclasses.replace(view, waiting_columns=store.snapshot()[1])
+
+
+@st.composite
+def views(draw) -> SchedulerView:
+    n_wait, n_run, odd = draw(st.integers(0, 40)), draw(st.integers(0, 6)), draw(st.integers(0, 3)) == 0
+    waiting = tuple(_request(i, draw(request_fields(odd=odd))) for i in range(n_wait))
+    running = tuple(_request(i, draw(request_fields(True, odd)), "r") for i in range(n_run))
+    programs = tuple(ProgramView(p, (), draw(st.sampled_from([0.0, 50.0])), 0, draw(st.integers(0, 4)))
+                     for p in draw(st.lists(st.sampled_from(["pa", "pb", "pz"]), unique=True)))  # fmt: skip
+    return SchedulerView(draw(st.sampled_from([0.0, 61.0, 72.5, 500.0])), waiting, running,
+                         draw(st.integers(0, 40)), 4, draw(st.integers(1, 12)), programs=programs)  # fmt: skip
+
+
+POLICIES = {**REGISTRY, "dynasor_history": DynasorPolicy}
+
+
+@pytest.fixture(params=[0, flashtts_prefix.SMALL], ids=["numpy-prefix-order", "plain-prefix-order"])
+def prefix_small(request, monkeypatch):
+    monkeypatch.setattr(flashtts_prefix, "SMALL", request.param)
+
+
+@settings(
+    max_examples=200, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)  # fixture: a constant
+@given(views(), st.sampled_from([1, 2, 8]))
+def test_every_policy_decides_the_same_with_host_columns(prefix_small, view, width):
+    hosted = _with_columns(view, width)
+    history = DynasorState({"pa": (2, 300), "\x00w3": (1, 5000), "pq": (4, 10)}, {})
+    for name, factory in POLICIES.items():
+        if name == "dynasor_history":
+            got = [DynasorPolicy().step(v, history) for v in (view, hosted)]
+        else:
+            got = [factory().decide(v) for v in (view, hosted)]
+        assert got[0] == got[1], name
+    keys = [DynasorPolicy().program_keys(v, history) for v in (view, hosted)]
+    assert keys[0] == keys[1]
+    _assert_same_rankings(view, hosted)
+
+
+def _assert_same_rankings(view: SchedulerView, hosted: SchedulerView) -> None:
+    """What the decisions are made of, compared in full (a decision reads only its head)."""
+    cached = {h for r in view.running for h in r.prefix_hashes}
+    by_columns = cached_prefix_columns(hosted.waiting_columns, view.waiting, cached)
+    if by_columns is not None:
+        assert (
+            by_columns.tolist()
+            == cached_prefix_blocks([r.prefix_hashes for r in view.waiting], cached).tolist()
+        )
+    greedy = [list(flashtts_prefix._greedy(view.waiting, c)) for c in (None, hosted.waiting_columns)]
+    assert greedy[0] == greedy[1]
+    plain, hosted_programs = Programs(view.running + view.waiting), Programs.of_view(hosted)
+    key = [[p.keys[c] for c in p.codes.tolist()] for p in (plain, hosted_programs)]
+    assert key[0] == key[1]
+    assert dict(zip(plain.keys, plain.min_arrival.tolist(), strict=True)) == dict(
+        zip(hosted_programs.keys, hosted_programs.min_arrival.tolist(), strict=True)
+    )
+
+
+def _wait(i, arrival, program=None, hashes=(), out=0, needed=4):
+    return RequestView(f"w{i}", arrival, Phase.PREFILL, 8, 0, out, blocks_needed=needed, program_id=program,
+                       prefix_hashes=hashes)  # fmt: skip
+
+
+MISALIGNED = {  # views where each column-reading policy decides differently on reversed columns
+    "app_fifo": (AppFIFOPolicy, SchedulerView(0.0, (_wait(0, 0.0, "pa"), _wait(1, 1.0, "pb")), (), 4, 4, 1)),
+    "dynasor_escalated": (DynasorPolicy, SchedulerView(500.0, (_wait(0, 0.0, "pa"), _wait(1, 1.0, "pb")), (), 4, 4, 1)),
+    "dynasor_sjf": (DynasorPolicy, SchedulerView(
+        0.0, (_wait(0, 0.0, "pa", out=10), _wait(1, 0.0, "pb", out=900)), (), 4, 4, 1)),
+    "lpm": (LPMPolicy, SchedulerView(
+        0.0, (_wait(0, 0.0, hashes=(9,)), _wait(1, 1.0, hashes=(1, 2))),
+        (RequestView("r0", 0.0, Phase.REASONING, 8, 8, 1, num_blocks=2, prefix_hashes=(1, 2)),), 4, 4, 2)),
+    "flashtts_prefix": (PrefixAwarePolicy, SchedulerView(
+        0.0, (_wait(0, 0.0, hashes=(5,)), _wait(1, 1.0, hashes=(6,)), _wait(2, 2.0, hashes=(5, 7))), (), 4, 4, 1)),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", sorted(MISALIGNED))
+def test_misaligned_columns_change_decisions(monkeypatch, case):
+    """The equivalence above would catch a stale or misaligned column: reading the columns of
+    the queue in another order changes each column-reading policy's decisions."""
+    monkeypatch.setattr(flashtts_prefix, "SMALL", 0)
+    factory, view = MISALIGNED[case]
+    right = factory().decide(view)
+    assert factory().decide(_with_columns(view, 8)) == right
+    assert factory().decide(_with_columns(view, 8, misalign=True)) != right
+
+
+# --- bad input -------------------------------------------------------------------------------
+
+
+def test_bad_input_gets_typed_errors():
+    r = _wait(0, 0.0)
+    store = ColumnStore()
+    store.append(r)
+    with pytest.raises(InvalidArgumentError, match="already"):
+        store.append(r)
+    with pytest.raises(UnknownRequestError, match="w9"):
+        store.remove("w9")
+    with pytest.raises(InvalidTypeError, match="RequestView"):
+        store.append(("w1", 0.0))
+    with pytest.raises(InvalidArgumentError, match="int64"):
+        store.append(r._replace(request_id="w2", num_output_tokens=2**70))
+    assert len(store) == 1 and "w2" not in store
+    for width in (0, -1, True, 2.0):
+        with pytest.raises(InvalidArgumentError, match="prefix_width"):
+            ColumnStore(prefix_width=width)
+    cols = store.snapshot()[1]
+    with pytest.raises(InvalidArgumentError, match="1 rows for 2 waiting"):
+        SchedulerView(0.0, (r, _wait(1, 0.0)), (), 4, 4, 1, waiting_columns=cols)
+    with pytest.raises(InvalidTypeError, match="QueueColumns"):
+        columns_of(SchedulerView(0.0, (r,), (), 4, 4, 1, waiting_columns=[0]))
+    with pytest.raises(InvalidArgumentError, match="unknown column"):
+        cols.column("request_id")
+
+
+def _arrays(n=2, **change):
+    args = {"columns": {name: np.zeros(n, dtype) for name, dtype in NUMERIC.items()},
+            "program_codes": np.arange(n), "program_keys": [f"p{i}" for i in range(n)],
+            "prefix_lens": np.zeros(n, np.intp), "prefix_heads": np.zeros((n, 3), np.int64)}  # fmt: skip
+    args.update(change)
+    return args
+
+
+@pytest.mark.parametrize(
+    ("change", "error", "match"),
+    [
+        ({"prefix_lens": np.zeros(3, np.intp)}, InvalidArgumentError, "prefix_lens must have shape"),
+        ({"program_codes": np.array([0, 2])}, InvalidArgumentError, "index program_keys"),
+        ({"program_keys": ["p0", "p0"]}, InvalidArgumentError, "distinct"),
+        ({"program_codes": np.array([0, 0])}, InvalidArgumentError, "used"),
+        ({"columns": {"arrival_s": np.zeros(2)}}, InvalidTypeError, "enqueued_s must be a numpy array"),
+        ({"prefix_lens": np.zeros(2, np.float64)}, InvalidTypeError, "dtype"),
+        ({"prefix_heads": np.zeros(2, np.int64)}, InvalidArgumentError, "prefix_heads"),
+    ],
+)
+def test_from_arrays_rejects_bad_columns(change, error, match):
+    with pytest.raises(error, match=match):
+        QueueColumns.from_arrays(**_arrays(**change))
+
+
+def test_from_arrays_accepts_good_columns():
+    cols = QueueColumns.from_arrays(**_arrays())
+    assert len(cols) == 2 and cols.prefix_width == 3 and cols.program_keys == ["p0", "p1"]
+
+
+# --- the engine's scheduler keeps its queue's columns -------------------------------------
+
+
+class _Checking:
+    """A policy wrapper asserting, at every step, that the host's waiting views and columns
+    are the ones built fresh from its queue."""
+
+    def __init__(self, inner, engine_ref):
+        self.inner, self.engine_ref, self.name, self.steps = inner, engine_ref, "checking", 0
+
+    def decide(self, view):
+        sched = self.engine_ref[0].scheduler
+        fresh = tuple(map(sched.waiting_view, sched.waiting))
+        assert view.waiting == fresh and view.waiting_columns is not None
+        assert_same_columns(view.waiting_columns, QueueColumns.from_requests(fresh))
+        self.steps += 1
+        return self.inner.decide(view)
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory):
+    from reasonserve.engine import Engine, make_tiny_checkpoint
+
+    return Engine.from_pretrained(make_tiny_checkpoint(tmp_path_factory.mktemp("cols"))).model
+
+
+@pytest.mark.parametrize("policy", ["fcfs", "dynasor", "lpm"])
+def test_engine_scheduler_keeps_its_queue_columns(model, policy):
+    from reasonserve.engine import Engine, EngineConfig, SamplingParams
+
+    ref = []
+    checking = _Checking(REGISTRY[policy](), ref)
+    eng = Engine(model, EngineConfig(num_blocks=12, block_size=4, max_num_seqs=3, preemption="swap"),
+                 policy=checking)  # fmt: skip
+    ref.append(eng)
+    rng = random.Random(0)
+    ids = [eng.add_request([rng.randrange(1, 50) for _ in range(rng.randrange(3, 14))],
+                           SamplingParams(max_tokens=rng.randrange(4, 20), temperature=0.0),
+                           program_id=f"p{i % 3}" if i % 2 else None) for i in range(14)]  # fmt: skip
+    aborted = 0
+    for step in range(400):
+        if not eng.has_unfinished():
+            break
+        eng.step()
+        if step in (2, 5, 9):  # abort a waiting one and a running one
+            for queue in (eng.waiting, eng.running):
+                if queue:
+                    eng.abort(queue[-1].request_id)
+                    aborted += 1
+    assert not eng.has_unfinished() and aborted >= 4 and checking.steps > 10
+    assert eng.scheduler.num_preemptions > 0  # the run preempted (and re-queued) requests
+    assert len(eng.scheduler.queue) == 0 and len(ids) == 14
