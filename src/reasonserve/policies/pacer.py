@@ -41,9 +41,12 @@ class TokenPacer:
         """When the user has read the last of ``generated_s`` (the last digest time), or
         None for no tokens. ``since``: the digest time of the tokens before these, so a
         host can carry it forward as tokens arrive instead of re-reading them all."""
-        last = since
-        for g in generated_s:
-            last = g if last is None else max(g, last + self.tpot_s)
+        tokens = iter(generated_s)
+        last = next(tokens, None) if since is None else since
+        tpot = self.tpot_s
+        for g in tokens:  # max(g, last + tpot) as max() picks it, without a call per token
+            paced = last + tpot
+            last = paced if paced > g else g
         return last
 
     def starving(self, released_until_s: float, now_s: float) -> bool:

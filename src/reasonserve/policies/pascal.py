@@ -41,6 +41,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from itertools import chain
 from operator import attrgetter
 
 from reasonserve.core.decisions import Decision
@@ -48,7 +49,7 @@ from reasonserve.core.errors import InvalidArgumentError
 from reasonserve.core.phase import Phase
 from reasonserve.core.policy import QUIET_FOREVER
 from reasonserve.core.views import RequestView, SchedulerView
-from reasonserve.policies._order import ordered
+from reasonserve.policies._order import ordered, ordered_plain
 from reasonserve.policies._ranked import _Fill, fill_segments
 from reasonserve.policies.pacer import TokenPacer
 
@@ -107,20 +108,17 @@ class PascalPolicy:
         return (LOW, 2 if expired else 0, *_paced(r))
 
     def decide(self, view: SchedulerView) -> Sequence[Decision]:
-        by_turn = attrgetter("enqueued_s", "request_id")
-        runs: list[tuple[list, list]] = [([], []), ([], [])]  # per queue: (fresh, expired) running
-        for r in view.running:
-            runs[self.queue(r)][self.quantum_used(r) >= self.quantum].append(r)
-        waiting = ordered(view.waiting, "enqueued_s")  # C-level sort; split lazily below
+        by_turn = _BY_TURN
+        (fresh_hi, expired_hi), (fresh_lo, expired_lo) = self._split_running(view.running)
+        waiting = _by_enqueue(view.waiting)  # split lazily below
         limit, answering = self.demote_threshold_tokens, Phase.ANSWERING
 
         def low(r: RequestView) -> bool:  # inlined self.queue(r) == LOW
             return r.phase is answering or r.num_prompt_tokens + r.num_output_tokens > limit
 
-        (fresh_hi, expired_hi), (fresh_lo, expired_lo) = runs
         high = [
-            (ordered(fresh_hi, "enqueued_s"), (r for r in waiting if not low(r)), by_turn),
-            (ordered(expired_hi, "enqueued_s"), (), by_turn),
+            (_by_enqueue(fresh_hi), (r for r in waiting if not low(r)), by_turn),
+            (_by_enqueue(expired_hi), (), by_turn),
         ]
         waiting_lo: Iterable[RequestView] = (r for r in waiting if low(r))
         starving: list[RequestView] = []
@@ -136,6 +134,31 @@ class PascalPolicy:
             (sorted(expired_lo, key=_paced), (), by_turn),
         ]
         return _fill_queues(view, (high, low_queue), self.mode)
+
+    def _split_running(self, running: Sequence[RequestView]) -> tuple[tuple[list, list], tuple[list, list]]:
+        """Per queue (high, low): the running requests (within their quantum, expired);
+        :meth:`queue` and :meth:`quantum_used` inlined (one pass, no calls per request)."""
+        quantum, limit, answering = self.quantum, self.demote_threshold_tokens, Phase.ANSWERING
+        fresh_hi: list[RequestView] = []
+        expired_hi: list[RequestView] = []
+        fresh_lo: list[RequestView] = []
+        expired_lo: list[RequestView] = []
+        for r in running:
+            used = r.quantum_used
+            if r.phase is answering:
+                answered = r.num_answer_tokens
+                if answered is not None and answered < used:
+                    used = answered
+                (expired_lo if used >= quantum else fresh_lo).append(r)
+                continue
+            over = r.num_prompt_tokens + r.num_output_tokens - limit
+            if over <= 0:
+                (expired_hi if used >= quantum else fresh_hi).append(r)
+                continue
+            if over < used and r.num_prompt_tokens <= limit:
+                used = over
+            (expired_lo if used >= quantum else fresh_lo).append(r)
+        return (fresh_hi, expired_hi), (fresh_lo, expired_lo)
 
     def _starving(self, r: RequestView, now_s: float) -> bool:
         until = r.paced_until_s
@@ -156,14 +179,14 @@ class PascalPolicy:
         ):
             return 1
         waits = {self.queue(r) for r in view.waiting}
-        steps = QUIET_FOREVER
-        for r in view.running:
-            queue = self.queue(r)
-            used = self.quantum_used(r)
-            if queue in waits and used < self.quantum:
-                steps = min(steps, self.quantum - used)
-            if queue == HIGH:
-                steps = min(steps, self.demote_threshold_tokens - r.num_tokens + 1)
+        steps, quantum, limit = QUIET_FOREVER, self.quantum, self.demote_threshold_tokens
+        (fresh_hi, expired_hi), (fresh_lo, _) = self._split_running(view.running)
+        for queue, fresh in ((HIGH, fresh_hi), (LOW, fresh_lo)):
+            if queue in waits:  # a running request's quantum expires
+                for used in map(self.quantum_used, fresh):
+                    steps = min(steps, quantum - used)
+        for r in chain(fresh_hi, expired_hi):  # a reasoning request passes the demotion threshold
+            steps = min(steps, limit - r.num_prompt_tokens - r.num_output_tokens + 1)
         return max(1, steps)
 
 
@@ -175,6 +198,18 @@ def _fill_queues(view: SchedulerView, queues, mode: str | None) -> list[Decision
         fill.blocked = False  # the low queue uses what the high queue could not
         fill_segments(fill, segments)
     return fill.preempts + fill.admits
+
+
+_BY_TURN = attrgetter("enqueued_s", "request_id")
+_SHORT = 32  # below this many requests a plain sort beats ordered()'s numpy passes
+
+
+def _by_enqueue(requests: Sequence[RequestView]) -> list[RequestView]:
+    """``requests`` by (enqueue time, id): :func:`ordered`, whose definition is
+    :func:`ordered_plain` (the same order), taken directly for a short list."""
+    if len(requests) < _SHORT:
+        return ordered_plain(requests, "enqueued_s") if len(requests) > 1 else list(requests)
+    return ordered(requests, "enqueued_s")
 
 
 def _paced(r: RequestView) -> tuple:

@@ -24,6 +24,7 @@ __all__ = ["SimInstance"]
 
 _PREFILL, _REASONING, _ANSWERING = Phase.PREFILL, Phase.REASONING, Phase.ANSWERING
 _new_view = tuple.__new__  # a RequestView from its 18 fields, without the keyword-handling constructor
+_UNPACED = (0, None)  # the pacer's state before a request's first answer token
 
 
 class SimInstance:
@@ -31,6 +32,7 @@ class SimInstance:
         self, instance_id: str, config: SimConfig, cost: RooflineCostModel | ProfileCostModel, policy: object
     ) -> None:
         self.instance_id, self.config, self.cost = instance_id, config, cost
+        self.block_size = config.block_size
         self.policy, self.policy_name = check_policy(policy), policy_name(policy)
         self.total_blocks = self.free_blocks = config.num_blocks
         self.host_blocks = 0  # blocks' worth of KV swapped out to host memory
@@ -60,24 +62,30 @@ class SimInstance:
     # views -----------------------------------------------------------------------------
     def request_view(self, s: SimSequence) -> RequestView:
         """``s`` (waiting or running) as the policy sees it."""
-        r, out, size = s.req, s.num_output, self.config.block_size
+        r, out, size = s.req, s.num_output, self.block_size
         reasoning = r.reasoning_tokens
         phase = _PREFILL if out == 0 else _REASONING if out < reasoning else _ANSWERING
         if s.status == "running":
             need, quantum = -(-(r.prompt_tokens + out) // size) - s.num_blocks, s.quantum_used
         else:
             need, quantum = -(-(s.num_computed if s.swapped else r.prompt_tokens + out) // size), 0
-        times = s.answer_times
+        times, until = s.answer_times, None
+        if times:  # paced_until, inlined
+            rid = r.request_id
+            n, until = self._paced.get(rid, _UNPACED)
+            if len(times) > n:
+                until = self.pacer.released_until(times[n:], until)
+                self._paced[rid] = (len(times), until)
         return _new_view(RequestView, (
             r.request_id, r.arrival_s, phase, r.prompt_tokens, s.num_computed, out, 0, s.num_blocks,
             need if need > 0 else 0, s.enqueued_s, quantum, reasoning + r.answer_tokens, r.program_id,
-            r.prefix_hashes, False, s.swapped, len(times), self.paced_until(s) if times else None,
+            r.prefix_hashes, False, s.swapped, len(times), until,
         ))  # fmt: skip
 
     def paced_until(self, s: SimSequence) -> float | None:
         """When the pacer has released ``s``'s answer tokens so far (carried forward)."""
         times = s.answer_times
-        n, until = self._paced.get(s.request_id, (0, None))
+        n, until = self._paced.get(s.request_id, _UNPACED)
         if len(times) > n:
             until = self.pacer.released_until(times[n:], until)
             self._paced[s.request_id] = (len(times), until)
