@@ -11,7 +11,11 @@
   the sorts their full n log n). The view's clock is 100 s, past Dynasor's 60 s
   starvation bound for every program up to 10,000 requests (they arrive 1 ms apart):
   ``sjf=True`` adds the 10,000 view at 20 s, where no program is escalated and Dynasor
-  computes its SJF estimate.
+  computes its SJF estimate. Each case runs twice, alternated: from the objects and with
+  the waiting queue's columns as a host keeps them (``with_host_columns``: a ColumnStore
+  filled before timing, its snapshot in ``SchedulerView.waiting_columns``). ``store=True``
+  adds the host's own cost per step (``store_step_cost``: 16 admits + 16 arrivals on a
+  10,000 queue, then one snapshot), measured apart from decide().
 * ``sim_speed``: the PASCAL setting (8 instances, the medium rate) on one workload,
   stepped (one policy decision per engine step), exact (the default: the steps a policy
   declares decision-free run as one event, same results) and with the benchmark's
@@ -29,6 +33,7 @@ import time
 
 import _harness
 from reasonserve.core import Phase
+from reasonserve.core.columns import ColumnStore
 from reasonserve.core.views import RequestView, SchedulerView
 from reasonserve.policies import FCFSPolicy, RoundRobinPolicy
 from reasonserve.policies._order import ordered_plain
@@ -39,7 +44,7 @@ from reasonserve.policies.lpm import LPMPolicy
 from reasonserve.policies.pascal import PascalPolicy
 from reasonserve.sim import load_lengths, poisson_workload, simulate, summarize
 
-__all__ = ["big_view", "decide_speed", "sim_speed"]
+__all__ = ["big_view", "decide_speed", "sim_speed", "store_step_cost", "with_host_columns"]
 
 
 def big_view(
@@ -61,22 +66,64 @@ def big_view(
     return SchedulerView(now_s, tuple(waiting), running, 500, 16, 512, 3000, 8192)
 
 
-def _decide_times(policies: dict, view: SchedulerView, repeats: int) -> dict:
-    """Per policy: median wall and CPU ms of ``decide(view)``, policies alternated."""
-    wall: dict[str, list[float]] = {name: [] for name in policies}
-    cpu: dict[str, list[float]] = {name: [] for name in policies}
-    for p in policies.values():
-        p.decide(view)  # warm-up
+def _decide_times(policies: dict, views: dict[str, SchedulerView], repeats: int) -> dict:
+    """Per view variant and policy: median wall and CPU ms of ``decide(view)``, policies and
+    variants alternated (ratios to FCFS's and to ``sort_ref``'s on the object view)."""
+    runs = [(v, name) for v in views for name in policies]
+    wall: dict[tuple, list[float]] = {k: [] for k in runs}
+    cpu: dict[tuple, list[float]] = {k: [] for k in runs}
+    for v, name in runs:
+        policies[name].decide(views[v])  # warm-up
     for _ in range(repeats):
-        for name, p in policies.items():
+        for v, name in runs:
             w, c = time.perf_counter(), time.process_time()
-            p.decide(view)
-            cpu[name].append(time.process_time() - c)
-            wall[name].append(time.perf_counter() - w)
+            policies[name].decide(views[v])
+            cpu[v, name].append(time.process_time() - c)
+            wall[v, name].append(time.perf_counter() - w)
     med = statistics.median
-    return {name: {"wall_ms": med(wall[name]) * 1e3, "cpu_ms": med(cpu[name]) * 1e3,
-                   "cpu_vs_fcfs": med(cpu[name]) / med(cpu["fcfs"]),
-                   "cpu_vs_sort": med(cpu[name]) / med(cpu["sort_ref"])} for name in policies}  # fmt: skip
+    base = next(iter(views))
+    return {v: {name: {"wall_ms": med(wall[v, name]) * 1e3, "cpu_ms": med(cpu[v, name]) * 1e3,
+                       "cpu_vs_fcfs": med(cpu[v, name]) / med(cpu[base, "fcfs"]),
+                       "cpu_vs_sort": med(cpu[v, name]) / med(cpu[base, "sort_ref"])} for name in policies}
+            for v in views}  # fmt: skip
+
+
+def with_host_columns(view: SchedulerView) -> SchedulerView:
+    """``view`` with its waiting queue's columns as a host keeps them (a ColumnStore filled
+    once, its snapshot; the views come from the snapshot, as the engine's scheduler does)."""
+    store = ColumnStore()
+    for r in view.waiting:
+        store.append(r)
+    waiting, columns = store.snapshot()
+    return dataclasses.replace(view, waiting=waiting, waiting_columns=columns)
+
+
+def store_step_cost(n_waiting: int = 10_000, changes: int = 16, steps: int = 300) -> dict:
+    """A host's ColumnStore per step on an ``n_waiting`` queue: ``changes`` admits (removed
+    from the head, as FCFS-like admission does) and ``changes`` arrivals, then one snapshot.
+    Median CPU ms of the updates and of the snapshot, measured separately."""
+    view = big_view(n_waiting + changes * (steps + 1), n_running=0)
+    reqs, store = view.waiting, ColumnStore()
+    for r in reqs[:n_waiting]:
+        store.append(r)
+    head, tail, updates, snaps = 0, n_waiting, [], []
+    store.snapshot()
+    for _ in range(steps):
+        c = time.process_time()
+        for r in reqs[head : head + changes]:
+            store.remove(r.request_id)
+        for r in reqs[tail : tail + changes]:
+            store.append(r)
+        updates.append(time.process_time() - c)
+        c = time.process_time()
+        store.snapshot()
+        snaps.append(time.process_time() - c)
+        head, tail = head + changes, tail + changes
+    out = {"updates_ms": statistics.median(updates) * 1e3, "snapshot_ms": statistics.median(snaps) * 1e3}
+    print(f"ColumnStore at {n_waiting} waiting, {changes} admits + {changes} arrivals a step, median of "
+          f"{steps}: updates {out['updates_ms']:.3f} ms CPU, snapshot {out['snapshot_ms']:.3f} ms CPU",
+          flush=True)  # fmt: skip
+    return out
 
 
 class _SortReference:
@@ -90,7 +137,10 @@ class _SortReference:
 
 
 def decide_speed(
-    sizes: tuple[int, ...] = (1_000, 10_000, 100_000), shuffled: bool = False, sjf: bool = False
+    sizes: tuple[int, ...] = (1_000, 10_000, 100_000),
+    shuffled: bool = False,
+    sjf: bool = False,
+    store: bool = False,
 ) -> dict:
     policies = {"sort_ref": _SortReference(), "fcfs": FCFSPolicy(),
                 "round_robin": RoundRobinPolicy(quantum=500), "pascal": PascalPolicy(),
@@ -104,11 +154,16 @@ def decide_speed(
     print(f"CPU: {_harness.machine('cpu').get('cpu', '?')}", flush=True)
     out = {}
     for label, view, repeats in cases:
-        out[label] = _decide_times(policies, view, repeats)
-        print(f"decide() at {label} waiting + 256 running, median ms wall / CPU (CPU / FCFS's): "
-              + ", ".join(f"{k} {v['wall_ms']:.2f} / {v['cpu_ms']:.2f} ({v['cpu_vs_fcfs']:.2f}x, "
-                          f"{v['cpu_vs_sort']:.2f}x sort)"
-                          for k, v in out[label].items()), flush=True)  # fmt: skip
+        views = {"objects": view, "host columns": with_host_columns(view)}
+        times = _decide_times(policies, views, repeats)
+        for variant, row in times.items():
+            out[f"{label} {variant}"] = row
+            cells = (f"{k} {v['wall_ms']:.2f} / {v['cpu_ms']:.2f} ({v['cpu_vs_fcfs']:.2f}x, "
+                     f"{v['cpu_vs_sort']:.2f}x sort)" for k, v in row.items())  # fmt: skip
+            print(f"decide() at {label} waiting + 256 running, {variant}, median ms wall / CPU (CPU / "
+                  "FCFS's on objects): " + ", ".join(cells), flush=True)  # fmt: skip
+    if store:
+        out["column_store"] = store_step_cost()
     return out
 
 

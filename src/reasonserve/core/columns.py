@@ -272,7 +272,7 @@ class ColumnStore:
         slot = self._slot.pop(request_id, None)
         if slot is None:
             raise UnknownRequestError(f"request {request_id!r} is not in the column store")
-        code = int(self._rows.codes[slot])
+        code = self._rows.code(slot)
         self._count[code] -= 1
         if self._count[code] == 0:
             del self._code[self._keys[code]]
@@ -286,17 +286,23 @@ class ColumnStore:
     def snapshot(self) -> tuple[tuple[RequestView, ...], QueueColumns]:
         """(the queued views in queue order, their columns): copies, unaffected by later changes."""
         rows, n = self._rows, self._n
-        idx = slice(0, n) if len(self._slot) == n else np.flatnonzero(rows.alive[:n])
-        cache: dict = {name: _readonly(arr[idx].copy()) for name, arr in rows.numeric.items()}
-        codes, keys = rows.codes[idx].copy(), self._keys
+        idx = None if len(self._slot) == n else np.flatnonzero(rows.alive[:n])
+
+        def take(arr: np.ndarray) -> np.ndarray:  # the live rows (a new array)
+            return arr[:n].copy() if idx is None else np.take(arr[:n], idx, axis=0)
+
+        floats, ints = (_readonly(take(m).T.copy()) for m in (rows.floats, rows.ints))  # a column a row
+        cache: dict = {name: floats[i] for i, name in enumerate(_FLOATS)}
+        cache.update({name: ints[i] for i, name in enumerate(_INTS)})
+        codes, keys = cache.pop("program_codes"), self._keys
         if self._free:  # some codes unused: renumber densely
             used = self._count[: len(keys)] > 0
-            codes = (np.cumsum(used) - 1)[codes]
-            keys = [k for k in keys if k is not None]
-        cache["program_codes"], cache["program_keys"] = _readonly(codes), list(keys)
-        cache["prefix_lens"] = _readonly(rows.lens[idx].copy())
-        cache["prefix_heads"] = _readonly(rows.heads[idx].copy()) if not rows.bad[idx].any() else None
-        return tuple(rows.views[idx].tolist()), QueueColumns(len(self._slot), self.prefix_width, cache, None)
+            codes = _readonly((np.cumsum(used) - 1)[codes])
+            keys = np.fromiter(keys, object, len(keys))[used]
+        cache["program_codes"], cache["program_keys"] = codes, list(keys)
+        cache["prefix_heads"] = _readonly(take(rows.heads)) if not cache.pop("bad").any() else None
+        views = rows.views[:n] if idx is None else rows.views[:n][rows.alive[:n]]
+        return tuple(views.tolist()), QueueColumns(len(self._slot), self.prefix_width, cache, None)
 
     def _program_code(self, key: str) -> int:
         code = self._code.get(key)
@@ -313,19 +319,23 @@ class ColumnStore:
         return code
 
 
+_FLOATS = [name for name, dtype in NUMERIC.items() if dtype is np.float64]
+_INTS = [*(n for n, dtype in NUMERIC.items() if dtype is np.int64), "program_codes", "prefix_lens", "bad"]
+
+
 class _Rows:
-    """:class:`ColumnStore`'s row storage (capacity ``len(alive)``; rows past the used ones unset)."""
+    """:class:`ColumnStore`'s row storage: one row-major matrix per dtype (a snapshot takes the
+    live rows of each in one call), capacity ``len(alive)``; rows past the used ones unset."""
 
     def __init__(self, capacity: int, width: int) -> None:
-        self.numeric = {name: np.zeros(capacity, dtype) for name, dtype in NUMERIC.items()}
-        self.codes, self.lens = np.zeros(capacity, np.intp), np.zeros(capacity, np.intp)
+        self.floats = np.zeros((capacity, len(_FLOATS)), np.float64)
+        self.ints = np.zeros((capacity, len(_INTS)), np.int64)  # bad: a prefix head not int64
         self.heads = np.zeros((capacity, width), np.int64)
-        self.bad = np.zeros(capacity, bool)  # a head not int64
         self.alive = np.zeros(capacity, bool)
         self.views = np.empty(capacity, object)
 
     def _arrays(self) -> list[np.ndarray]:
-        return [*self.numeric.values(), self.codes, self.lens, self.heads, self.bad, self.alive, self.views]
+        return [self.floats, self.ints, self.heads, self.alive, self.views]
 
     def grown(self, capacity: int) -> _Rows:
         new = _Rows(capacity, self.heads.shape[1])
@@ -333,18 +343,21 @@ class _Rows:
             arr[: len(old)] = old
         return new
 
+    def code(self, slot: int) -> int:
+        return int(self.ints[slot, _INTS.index("program_codes")])
+
     def write(self, slot: int, r: RequestView, code: int) -> None:
-        try:
-            for name, arr in self.numeric.items():
-                arr[slot] = getattr(r, name)
-        except OverflowError as e:
-            raise InvalidArgumentError(f"request {r.request_id!r}: a field is not an int64: {e}") from None
         head = prefix_head(r.prefix_hashes, self.heads.shape[1])
+        ints = [*(getattr(r, name) for name in _INTS[:-3]), code, len(r.prefix_hashes), head is None]
+        try:
+            self.ints[slot] = ints
+            self.floats[slot] = [getattr(r, name) for name in _FLOATS]
+        except (OverflowError, TypeError, ValueError) as e:
+            raise InvalidArgumentError(f"request {r.request_id!r}: a field is not an int64: {e}") from None
         self.heads[slot] = 0
         if head is not None:
             self.heads[slot, : len(head)] = head
-        self.bad[slot], self.lens[slot] = head is None, len(r.prefix_hashes)
-        self.codes[slot], self.alive[slot], self.views[slot] = code, True, r
+        self.alive[slot], self.views[slot] = True, r
 
     def kill(self, slot: int) -> None:
         self.alive[slot], self.views[slot] = False, None
