@@ -161,11 +161,19 @@ class AnswerClasses:
 
     ``add(answer)`` returns the class id (0, 1, ...) of the answer, or -1 for an empty
     or missing answer. A new answer is compared with one representative per class;
-    normalized strings seen before are looked up without comparing.
+    normalized strings seen before are looked up without comparing. ``max_compared``
+    bounds the cost of a new answer for incremental users (early-exit rules): it is
+    compared with the representatives of the latest ``max_compared`` classes only
+    (``None``: all), so an answer equivalent only to an older class, in a different
+    spelling, opens a new class.
     """
 
-    def __init__(self, *, time_limit_s: float = 0.1) -> None:
+    def __init__(self, *, time_limit_s: float = 0.1, max_compared: int | None = None) -> None:
+        if max_compared is not None and (isinstance(max_compared, bool) or not isinstance(max_compared, int)
+                                         or max_compared < 1):  # fmt: skip
+            raise InvalidArgumentError(f"max_compared must be an integer >= 1 or None, got {max_compared!r}")
         self._time_limit_s = time_limit_s
+        self._max_compared = max_compared
         self._ids: dict[str, int] = {}
         self._representatives: list[str] = []
 
@@ -178,8 +186,10 @@ class AnswerClasses:
             return -1
         if key in self._ids:
             return self._ids[key]
-        for cid, rep in enumerate(self._representatives):
-            if equivalent(rep, key, time_limit_s=self._time_limit_s):
+        n = len(self._representatives)
+        first = 0 if self._max_compared is None else max(0, n - self._max_compared)
+        for cid in range(first, n):
+            if equivalent(self._representatives[cid], key, time_limit_s=self._time_limit_s):
                 self._ids[key] = cid
                 return cid
         self._representatives.append(key)

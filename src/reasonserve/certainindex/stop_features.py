@@ -35,7 +35,7 @@ from collections import deque
 from reasonserve.certainindex.answers import extract_boxed, stated_answer
 from reasonserve.certainindex.equivalence import AnswerClasses
 from reasonserve.certainindex.probe_consistency import HESITATION_WORDS
-from reasonserve.certainindex.stopping import ProbeObservation
+from reasonserve.certainindex.stopping import MAX_COMPARED, ProbeObservation
 from reasonserve.core.errors import InvalidArgumentError
 
 __all__ = ["FEATURE_GROUPS", "FEATURE_NAMES", "FeatureState", "text_features"]
@@ -111,7 +111,7 @@ class FeatureState:
     """One program's feature state (see module docstring); ``update`` returns the vector."""
 
     def __init__(self) -> None:
-        self.classes = AnswerClasses()
+        self.classes = AnswerClasses(max_compared=MAX_COMPARED)
         self.current, self.current_answer = -1, None
         self._run_start = self._interval = self._last_position = -1
         self._run, self._answered, self._changes, self._longest_other, self._top = 0, 0, 0, 0, 0

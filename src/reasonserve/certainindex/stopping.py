@@ -32,6 +32,7 @@ from reasonserve.certainindex.probe_consistency import HESITATION_WORDS, ProbeCo
 from reasonserve.core.errors import InvalidArgumentError, InvalidTypeError
 
 __all__ = [
+    "MAX_COMPARED",
     "SIGNALS",
     "AgreeSpanRule",
     "ProbeObservation",
@@ -44,6 +45,10 @@ __all__ = [
 
 SIGNALS = frozenset({"answers", "probe_text", "reasoning_text", "logprobs", "budget"})
 _MAX_TEXT_CHARS = 100_000  # longer texts are cut to their last this many characters
+#: A new probe answer is compared with at most this many answer classes (the latest), so a
+#: state's cost per probe stays bounded on runs that churn through answers; the most in one
+#: development recording is 252 (docs/certainindex.md).
+MAX_COMPARED = 512
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,7 +166,7 @@ class _AgreeSpanState:
     def __init__(self, rule: AgreeSpanRule) -> None:
         self._rule = rule
         self._gate = ProbeConsistency(hesitation_words=HESITATION_WORDS)
-        self._classes = AnswerClasses()
+        self._classes = AnswerClasses(max_compared=MAX_COMPARED)
         self._interval = rule.interval_tokens
         self._last, self._run, self._last_answer, self._last_position = -1, 0, None, -1
 
