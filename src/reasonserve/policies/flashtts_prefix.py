@@ -173,6 +173,9 @@ def _greedy(requests: Sequence[RequestView], columns: QueueColumns | None = None
     by_arrival = lex_order((columns.column("arrival_s"),), lambda: list(map(BY_ID, requests)))
     if host and len(requests) > SMALL and columns.prefix_heads is not None:
         lens, heads = columns.prefix_lens, columns.prefix_heads
-        if int(lens.max()) <= heads.shape[1]:
-            return _ranked_paths(lens, by_arrival, heads[np.arange(heads.shape[1]) < lens[:, None]])
+        width = int(lens.max())
+        if width <= heads.shape[1]:
+            used = heads[:, :width]  # every node, path after path (one flattening when all are as long)
+            flat = used.ravel() if int(lens.min()) == width else used[np.arange(width) < lens[:, None]]
+            return _ranked_paths(lens, by_arrival, flat)
     return _path_order(list(map(_HASHES, requests)), by_arrival, ints=True)
