@@ -231,6 +231,37 @@ def decide_speed(repeats: int = 15) -> dict:
     return out
 
 
+def compare_rank(old_file: str, runs: int = 5, repeats: int = 31) -> list[tuple[float, float]]:
+    """Median CPU ms of ``SelectSpec.rank`` (10,000 finished beams of ``_big_view``, 256 slots)
+    of an older ``flashtts_spec.py`` (e.g. ``git show REV:src/reasonserve/policies/flashtts_spec.py
+    > /tmp/old_spec.py``) vs the current one, alternated in every repeat; same slots checked."""
+    import importlib.util
+    import platform
+
+    spec = importlib.util.spec_from_file_location("_old_flashtts_spec", old_file)
+    old = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = old  # dataclasses look their module up
+    spec.loader.exec_module(old)
+    ids = [r.request_id for r in _big_view(10_000).waiting]
+    new_sel, old_sel = SelectSpec(branching=4), old.SelectSpec(branching=4)
+    pots = new_sel.potentials({rid: (i * 7919 % 1000) / 1000 for i, rid in enumerate(ids)})
+    same = [(s.beam_id, s.branch, s.potential) for s in old_sel.rank(ids, pots, 256)]
+    assert same == [(s.beam_id, s.branch, s.potential) for s in new_sel.rank(ids, pots, 256)]
+    print(f"CPU {machine('cpu')['cpu']} ({platform.processor() or 'unknown'})", flush=True)
+    out = []
+    for run in range(runs):
+        cpu: dict[str, list[float]] = {"old": [], "new": []}
+        for _ in range(repeats):
+            for name, sel in (("old", old_sel), ("new", new_sel)):
+                start = time.process_time()
+                sel.rank(ids, pots, 256)
+                cpu[name].append(time.process_time() - start)
+        o, n = (statistics.median(cpu[k]) * 1e3 for k in ("old", "new"))
+        print(f"run {run}: rank median CPU ms old {o:.2f} new {n:.2f} ratio {n / o:.2f}", flush=True)
+        out.append((o, n))
+    return out
+
+
 def _pool(data_dir: pathlib.Path, workload: str = "prm_beams"):
     """(path, step pool) of a workload: the recorded PRM beams, or the long-CoT texts with
     seeded scores (score seed 0, the first 40 steps, AIME24 + AMC23)."""
