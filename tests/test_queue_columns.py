@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from reasonserve.core import InvalidArgumentError, InvalidTypeError, Phase, UnknownRequestError
 from reasonserve.core.columns import NUMERIC, ColumnStore, QueueColumns, columns_of
+from reasonserve.core.decisions import Admit
 from reasonserve.core.views import ProgramView, RequestView, SchedulerView
 from reasonserve.policies import REGISTRY, flashtts_prefix
 from reasonserve.policies._programs import Programs
@@ -21,8 +22,12 @@ from reasonserve.policies.dynasor import DynasorPolicy, DynasorState
 from reasonserve.policies.flashtts_prefix import PrefixAwarePolicy
 from reasonserve.policies.lpm import LPMPolicy, cached_prefix_blocks, cached_prefix_columns
 
-HASHES = st.lists(st.integers(0, 5), max_size=5).map(tuple)  # shared, some longer than narrow columns
-ODD_HASHES = st.sampled_from([(2**70, 1), (1, "x"), (1, 2.5), (True, 3)])  # not int64 (bool is)
+HASHES = st.lists(st.integers(0, 5), max_size=11).map(tuple)  # shared, some longer than the columns
+INT64_EDGES = st.sampled_from([(-(2**63), 2**63 - 1), (2**63 - 1, 1), (-1, 0, 1)])  # int64, at its ends
+# not int64 (bool is); the last one past 8 hashes
+ODD_HASHES = st.sampled_from([(2**70, 1), (1, "x"), (1, 2.5), (True, 3), (2**63,), (-1, 2**63), (-(2**63) - 1,),
+                              (1, 2, 3, 4, 5, 6, 7, 8, 2**64)])  # fmt: skip
+ARRIVALS = [0.0, 1.0, 2.5, 3.0, 70.0, float("nan"), float("inf"), -float("inf")]  # ties on purpose
 
 
 def _request(i: int, draw_fields: dict, prefix: str = "w") -> RequestView:
@@ -32,7 +37,7 @@ def _request(i: int, draw_fields: dict, prefix: str = "w") -> RequestView:
 @st.composite
 def request_fields(draw, running: bool = False, odd: bool = True) -> dict:
     return {
-        "arrival_s": draw(st.sampled_from([0.0, 1.0, 2.5, 3.0, 70.0])),  # ties on purpose
+        "arrival_s": draw(st.sampled_from(ARRIVALS)),
         "num_prompt_tokens": draw(st.integers(1, 64)),
         "num_computed_tokens": draw(st.integers(0, 64)),
         "num_output_tokens": draw(st.integers(0, 3000)),
@@ -42,7 +47,7 @@ def request_fields(draw, running: bool = False, odd: bool = True) -> dict:
         "enqueued_s": draw(st.floats(0, 100)),
         "quantum_used": draw(st.integers(0, 300)) if running else 0,
         "program_id": draw(st.sampled_from([None, "pa", "pb", "pc", "\x00w1"])),
-        "prefix_hashes": draw(st.one_of(HASHES, ODD_HASHES) if odd else HASHES),
+        "prefix_hashes": draw(st.one_of(HASHES, INT64_EDGES, *([ODD_HASHES] if odd else []))),
     }
 
 
@@ -50,7 +55,9 @@ def assert_same_columns(a: QueueColumns, b: QueueColumns) -> None:
     assert len(a) == len(b)
     for name in NUMERIC:
         assert a.column(name).dtype == b.column(name).dtype
-        assert np.array_equal(a.column(name), b.column(name)), name
+        assert np.array_equal(a.column(name), b.column(name), equal_nan=a.column(name).dtype.kind == "f"), (
+            name
+        )
     keys_a = [a.program_keys[c] for c in a.program_codes.tolist()]
     assert keys_a == [b.program_keys[c] for c in b.program_codes.tolist()]
     assert sorted(a.program_keys) == sorted(b.program_keys)  # dense: every key used
@@ -104,11 +111,22 @@ def test_store_reuses_program_codes_and_compacts():
 # --- policies decide the same with the host's columns ---------------------------------------
 
 
-def _with_columns(view: SchedulerView, width: int, misalign: bool = False) -> SchedulerView:
+def _with_columns(
+    view: SchedulerView, width: int, misalign: bool = False, churn: tuple = ()
+) -> SchedulerView:
+    """``view`` with a store's columns; ``churn``: the programs of requests queued before the
+    first ones and removed (the store's program codes then differ from first appearance)."""
     store = ColumnStore(prefix_width=width)
+    for i, program in enumerate(churn):
+        store.append(RequestView(f"churn{i}", 0.0, Phase.PREFILL, 1, 0, 0, program_id=program))
     for r in reversed(view.waiting) if misalign else view.waiting:
         store.append(r)
-    return dataclasses.replace(view, waiting_columns=store.snapshot()[1])
+    for i in range(len(churn)):
+        store.remove(f"churn{i}")
+    columns = store.snapshot()[1]
+    if misalign:
+        columns.ends = None  # no ids to check, as a host's from_arrays columns
+    return dataclasses.replace(view, waiting_columns=columns)
 
 
 @st.composite
@@ -133,9 +151,9 @@ def prefix_small(request, monkeypatch):
 @settings(
     max_examples=200, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )  # fixture: a constant
-@given(views(), st.sampled_from([1, 2, 8]))
-def test_every_policy_decides_the_same_with_host_columns(prefix_small, view, width):
-    hosted = _with_columns(view, width)
+@given(views(), st.sampled_from([1, 2, 8]), st.lists(st.sampled_from(["pa", "pb", "pc", None]), max_size=4))
+def test_every_policy_decides_the_same_with_host_columns(prefix_small, view, width, churn):
+    hosted = _with_columns(view, width, churn=tuple(churn))
     history = DynasorState({"pa": (2, 300), "\x00w3": (1, 5000), "pq": (4, 10)}, {})
     for name, factory in POLICIES.items():
         if name == "dynasor_history":
@@ -144,7 +162,7 @@ def test_every_policy_decides_the_same_with_host_columns(prefix_small, view, wid
             got = [factory().decide(v) for v in (view, hosted)]
         assert got[0] == got[1], name
     keys = [DynasorPolicy().program_keys(v, history) for v in (view, hosted)]
-    assert keys[0] == keys[1]
+    assert repr(sorted(keys[0].items())) == repr(sorted(keys[1].items()))  # repr: NaN arrivals compare
     _assert_same_rankings(view, hosted)
 
 
@@ -162,8 +180,8 @@ def _assert_same_rankings(view: SchedulerView, hosted: SchedulerView) -> None:
     plain, hosted_programs = Programs(view.running + view.waiting), Programs.of_view(hosted)
     key = [[p.keys[c] for c in p.codes.tolist()] for p in (plain, hosted_programs)]
     assert key[0] == key[1]
-    assert dict(zip(plain.keys, plain.min_arrival.tolist(), strict=True)) == dict(
-        zip(hosted_programs.keys, hosted_programs.min_arrival.tolist(), strict=True)
+    assert repr(sorted(zip(plain.keys, plain.min_arrival.tolist(), strict=True))) == repr(
+        sorted(zip(hosted_programs.keys, hosted_programs.min_arrival.tolist(), strict=True))
     )
 
 
@@ -224,6 +242,21 @@ def test_bad_input_gets_typed_errors():
         cols.column("request_id")
 
 
+def test_a_snapshot_paired_with_another_queue_is_refused():
+    """Only the row count and a snapshot's first and last ids are checked (O(1)): a snapshot
+    of the queue reversed, or of another queue as long, is refused; from_arrays columns carry
+    no ids, so they are trusted (the misaligned cases above decide differently, silently)."""
+    waiting = (_wait(0, 0.0), _wait(1, 1.0), _wait(2, 2.0))
+    for queue in (waiting[::-1], (_wait(5, 0.0), *waiting[1:])):
+        store = ColumnStore()
+        for r in queue:
+            store.append(r)
+        with pytest.raises(InvalidArgumentError, match="rows run from"):
+            SchedulerView(0.0, waiting, (), 4, 4, 1, waiting_columns=store.snapshot()[1])
+    assert QueueColumns.from_arrays(**_arrays(3)).ends is None
+    SchedulerView(0.0, waiting, (), 4, 4, 1, waiting_columns=QueueColumns.from_arrays(**_arrays(3)))
+
+
 def _arrays(n=2, **change):
     args = {"columns": {name: np.zeros(n, dtype) for name, dtype in NUMERIC.items()},
             "program_codes": np.arange(n), "program_keys": [f"p{i}" for i in range(n)],
@@ -280,13 +313,17 @@ def model(tmp_path_factory):
     return Engine.from_pretrained(make_tiny_checkpoint(tmp_path_factory.mktemp("cols"))).model
 
 
-@pytest.mark.parametrize("policy", ["fcfs", "dynasor", "lpm"])
-def test_engine_scheduler_keeps_its_queue_columns(model, policy):
+@pytest.mark.parametrize(
+    ("policy", "preemption"), [("fcfs", "swap"), ("dynasor", "swap"), ("lpm", "swap"), ("fcfs", "recompute")]
+)
+def test_engine_scheduler_keeps_its_queue_columns(model, policy, preemption):
+    """A waiting request's view, built once on enqueue, equals the one built fresh at every
+    step (recompute preemption resets num_computed_tokens; swap keeps it and sets swapped)."""
     from reasonserve.engine import Engine, EngineConfig, SamplingParams
 
     ref = []
     checking = _Checking(REGISTRY[policy](), ref)
-    eng = Engine(model, EngineConfig(num_blocks=12, block_size=4, max_num_seqs=3, preemption="swap"),
+    eng = Engine(model, EngineConfig(num_blocks=12, block_size=4, max_num_seqs=3, preemption=preemption),
                  policy=checking)  # fmt: skip
     ref.append(eng)
     rng = random.Random(0)
@@ -306,3 +343,18 @@ def test_engine_scheduler_keeps_its_queue_columns(model, policy):
     assert not eng.has_unfinished() and aborted >= 4 and checking.steps > 10
     assert eng.scheduler.num_preemptions > 0  # the run preempted (and re-queued) requests
     assert len(eng.scheduler.queue) == 0 and len(ids) == 14
+
+
+def test_nan_arrivals_tie_so_program_codes_do_not_order_programs():
+    """Two programs with NaN arrivals tie (NaN sorts last; ties by key): the order of the
+    store's program codes (reused after a removal) must not pick which goes first."""
+    nan = float("nan")
+    waiting = (_wait(0, nan, "pb", needed=1), _wait(1, nan, "pa", needed=1))
+    view = SchedulerView(0.0, waiting, (), 4, 4, 1)
+    store = ColumnStore()
+    for r in (_wait(9, 0.0, "pa"), *waiting):
+        store.append(r)
+    store.remove("w9")  # codes: pa 0, pb 1; read off the objects: pb 0, pa 1
+    hosted = dataclasses.replace(view, waiting_columns=store.snapshot()[1])
+    for factory in (AppFIFOPolicy, DynasorPolicy):
+        assert factory().decide(view) == factory().decide(hosted) == [Admit("w1")]

@@ -101,10 +101,13 @@ class QueueColumns:
     Hosts: :meth:`from_arrays` (or :meth:`ColumnStore.snapshot`). Policies: :func:`columns_of`.
     """
 
-    __slots__ = ("_cache", "_requests", "n", "prefix_width")
+    __slots__ = ("_cache", "_requests", "ends", "n", "prefix_width")
 
-    def __init__(self, n: int, prefix_width: int, cache: dict, requests: Sequence | None) -> None:
+    def __init__(
+        self, n: int, prefix_width: int, cache: dict, requests: Sequence | None, ends: tuple | None = None
+    ) -> None:
         self.n, self.prefix_width, self._cache, self._requests = n, prefix_width, cache, requests
+        self.ends = ends  # (first row's request id, last row's) when known: a cheap alignment check
 
     @classmethod
     def from_requests(cls, requests: Sequence, prefix_width: int = PREFIX_WIDTH) -> QueueColumns:
@@ -302,7 +305,9 @@ class ColumnStore:
         cache["program_codes"], cache["program_keys"] = codes, list(keys)
         cache["prefix_heads"] = _readonly(take(rows.heads)) if not cache.pop("bad").any() else None
         views = rows.views[:n] if idx is None else rows.views[:n][rows.alive[:n]]
-        return tuple(views.tolist()), QueueColumns(len(self._slot), self.prefix_width, cache, None)
+        views = tuple(views.tolist())
+        ends = (views[0].request_id, views[-1].request_id) if views else None
+        return views, QueueColumns(len(views), self.prefix_width, cache, None, ends)
 
     def _program_code(self, key: str) -> int:
         code = self._code.get(key)

@@ -108,8 +108,17 @@ class SchedulerView:
 
     def __post_init__(self) -> None:
         cols = self.waiting_columns
-        if cols is not None and len(cols) != len(self.waiting):
+        if cols is None:
+            return
+        if len(cols) != len(self.waiting):
             raise InvalidArgumentError(
                 f"waiting_columns has {len(cols)} rows for {len(self.waiting)} waiting requests (row i "
                 "must describe waiting[i])"
+            )
+        ends = getattr(cols, "ends", None)  # a store's snapshot names its first and last rows
+        if ends is not None and ends != (self.waiting[0].request_id, self.waiting[-1].request_id):
+            raise InvalidArgumentError(
+                f"waiting_columns rows run from {ends[0]!r} to {ends[1]!r}, the waiting requests from "
+                f"{self.waiting[0].request_id!r} to {self.waiting[-1].request_id!r} (row i must describe "
+                "waiting[i])"
             )

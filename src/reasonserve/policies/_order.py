@@ -68,13 +68,18 @@ def ordered_plain(requests: Sequence[RequestView], field: str) -> list[RequestVi
 
 
 def _tie_starts(order: np.ndarray, keys: Sequence[np.ndarray]) -> np.ndarray:
-    """Where, in ``order``, each run of entries equal on every key starts."""
+    """Where, in ``order``, each run of entries equal on every key starts (NaNs are equal:
+    numpy sorts them last, and their ties are broken like any other, not by position)."""
     new = np.ones(len(order), bool)
     if len(order) > 1:
         new[1:] = False
         for k in keys:
             s = k[order]
-            new[1:] |= s[1:] != s[:-1]
+            differ = s[1:] != s[:-1]
+            if s.dtype.kind in "fc" and differ.any():
+                nan = np.isnan(s)
+                differ &= ~(nan[1:] & nan[:-1])
+            new[1:] |= differ
     return np.flatnonzero(new)
 
 
