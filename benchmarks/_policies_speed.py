@@ -33,7 +33,7 @@ import time
 
 import _harness
 from reasonserve.core import Phase
-from reasonserve.core.columns import ColumnStore
+from reasonserve.core.column_store import ColumnStore
 from reasonserve.core.views import RequestView, SchedulerView
 from reasonserve.policies import FCFSPolicy, RoundRobinPolicy
 from reasonserve.policies._order import ordered_plain

@@ -12,7 +12,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from reasonserve.core import InvalidArgumentError, InvalidTypeError, Phase, UnknownRequestError
-from reasonserve.core.columns import NUMERIC, ColumnStore, QueueColumns, columns_of
+from reasonserve.core.column_store import ColumnStore
+from reasonserve.core.columns import NUMERIC, QueueColumns, columns_of
 from reasonserve.core.decisions import Admit
 from reasonserve.core.views import ProgramView, RequestView, SchedulerView
 from reasonserve.policies import REGISTRY, flashtts_prefix

@@ -1,6 +1,7 @@
 """Small value types and errors shared by every layer of reasonserve."""
 
-from reasonserve.core.columns import ColumnStore, QueueColumns, columns_of
+from reasonserve.core.column_store import ColumnStore
+from reasonserve.core.columns import QueueColumns, columns_of
 from reasonserve.core.errors import (
     ImplementationUnavailableError,
     InvalidArgumentError,

@@ -3,7 +3,7 @@
 A policy deciding on a long waiting queue spends most of its time reading one field off
 each :class:`~reasonserve.core.views.RequestView` (a C-level pass of ~30-40 ns a request
 per field). A host that keeps its waiting queue's fields as columns, updated as requests
-enter and leave (:class:`ColumnStore`), hands them to the policy in
+enter and leave (:class:`~reasonserve.core.column_store.ColumnStore`), hands them to the policy in
 ``SchedulerView.waiting_columns`` and the policy reads arrays instead of objects.
 :func:`columns_of` gives a policy one code path: the host's columns, or the same columns
 read from the objects (lazily, a field when it is first asked for).
@@ -24,11 +24,11 @@ from operator import itemgetter
 
 import numpy as np
 
-from reasonserve.core.errors import InvalidArgumentError, InvalidTypeError, UnknownRequestError
+from reasonserve.core.errors import InvalidArgumentError, InvalidTypeError
 from reasonserve.core.views import RequestView
 
 __all__ = [
-    "NUMERIC", "PREFIX_WIDTH", "ColumnStore", "QueueColumns", "columns_of", "prefix_head", "program_key",
+    "NUMERIC", "PREFIX_WIDTH", "QueueColumns", "columns_of", "prefix_head", "program_key",
 ]  # fmt: skip
 
 NUMERIC: Mapping[str, type] = {
@@ -232,145 +232,3 @@ def _checked(name: str, arr: object, dtype: type, shape: tuple[int, ...]) -> np.
     if arr.shape != shape:
         raise InvalidArgumentError(f"column {name} must have shape {shape} (a row a request): {arr.shape}")
     return _readonly(arr)
-
-
-class ColumnStore:
-    """A host's waiting queue kept as columns, in queue order, updated as requests enter
-    (:meth:`append`) and leave (:meth:`remove`, by id): O(1) amortised per change (a removed
-    row is marked dead; the store is compacted once dead rows outnumber live ones).
-    :meth:`snapshot` returns the queue's views and a :class:`QueueColumns` aligned with them
-    (one gather per column). A host puts both in its :class:`SchedulerView`. The views are
-    the ones appended: a host must remove and re-append a request whose view changes."""
-
-    def __init__(self, prefix_width: int = PREFIX_WIDTH, capacity: int = 64) -> None:
-        _check_width(prefix_width)
-        self.prefix_width, self._n, self._slot = prefix_width, 0, {}
-        self._rows = _Rows(max(1, capacity), prefix_width)
-        self._code: dict[str, int] = {}  # program key -> code (codes of emptied programs are reused)
-        self._keys: list[str | None] = []
-        self._count = np.zeros(16, np.intp)  # live rows per code
-        self._free: list[int] = []
-
-    def __len__(self) -> int:
-        return len(self._slot)
-
-    def __contains__(self, request_id: object) -> bool:
-        return request_id in self._slot
-
-    def append(self, request: RequestView) -> None:
-        """Add ``request`` at the end of the queue (:class:`InvalidArgumentError` if its id is
-        already queued, :class:`InvalidTypeError` if it is not a :class:`RequestView`)."""
-        if not isinstance(request, RequestView):
-            raise InvalidTypeError(f"ColumnStore holds RequestView rows, got {type(request).__name__}")
-        if request.request_id in self._slot:
-            raise InvalidArgumentError(f"request {request.request_id!r} is already in the column store")
-        if self._n == len(self._rows.alive):
-            self._rows = self._rows.grown(2 * self._n)
-        self._rows.write(self._n, request, self._program_code(program_key(request)))
-        self._slot[request.request_id] = self._n
-        self._n += 1
-
-    def remove(self, request_id: str) -> None:
-        """Remove a queued request (:class:`UnknownRequestError` if it is not queued)."""
-        slot = self._slot.pop(request_id, None)
-        if slot is None:
-            raise UnknownRequestError(f"request {request_id!r} is not in the column store")
-        code = self._rows.code(slot)
-        self._count[code] -= 1
-        if self._count[code] == 0:
-            del self._code[self._keys[code]]
-            self._keys[code] = None
-            self._free.append(code)
-        self._rows.kill(slot)
-        if self._n - len(self._slot) > max(len(self._slot), 32):
-            self._n = self._rows.compact(self._n)
-            self._slot = {r.request_id: i for i, r in enumerate(self._rows.views[: self._n].tolist())}
-
-    def snapshot(self) -> tuple[tuple[RequestView, ...], QueueColumns]:
-        """(the queued views in queue order, their columns): copies, unaffected by later changes."""
-        rows, n = self._rows, self._n
-        idx = None if len(self._slot) == n else np.flatnonzero(rows.alive[:n])
-
-        def take(arr: np.ndarray) -> np.ndarray:  # the live rows (a new array)
-            return arr[:n].copy() if idx is None else np.take(arr[:n], idx, axis=0)
-
-        floats, ints = (_readonly(take(m).T.copy()) for m in (rows.floats, rows.ints))  # a column a row
-        cache: dict = {name: floats[i] for i, name in enumerate(_FLOATS)}
-        cache.update({name: ints[i] for i, name in enumerate(_INTS)})
-        codes, keys = cache.pop("program_codes"), self._keys
-        if self._free:  # some codes unused: renumber densely
-            used = self._count[: len(keys)] > 0
-            codes = _readonly((np.cumsum(used) - 1)[codes])
-            keys = np.fromiter(keys, object, len(keys))[used]
-        cache["program_codes"], cache["program_keys"] = codes, list(keys)
-        cache["prefix_heads"] = _readonly(take(rows.heads)) if not cache.pop("bad").any() else None
-        views = rows.views[:n] if idx is None else rows.views[:n][rows.alive[:n]]
-        views = tuple(views.tolist())
-        ends = (views[0].request_id, views[-1].request_id) if views else None
-        return views, QueueColumns(len(views), self.prefix_width, cache, None, ends)
-
-    def _program_code(self, key: str) -> int:
-        code = self._code.get(key)
-        if code is None:
-            code = self._free.pop() if self._free else len(self._keys)
-            if code == len(self._keys):
-                self._keys.append(key)
-                if code == len(self._count):
-                    self._count = np.concatenate((self._count, np.zeros(code, np.intp)))
-            else:
-                self._keys[code] = key
-            self._code[key] = code
-        self._count[code] += 1
-        return code
-
-
-_FLOATS = [name for name, dtype in NUMERIC.items() if dtype is np.float64]
-_INTS = [*(n for n, dtype in NUMERIC.items() if dtype is np.int64), "program_codes", "prefix_lens", "bad"]
-
-
-class _Rows:
-    """:class:`ColumnStore`'s row storage: one row-major matrix per dtype (a snapshot takes the
-    live rows of each in one call), capacity ``len(alive)``; rows past the used ones unset."""
-
-    def __init__(self, capacity: int, width: int) -> None:
-        self.floats = np.zeros((capacity, len(_FLOATS)), np.float64)
-        self.ints = np.zeros((capacity, len(_INTS)), np.int64)  # bad: a prefix head not int64
-        self.heads = np.zeros((capacity, width), np.int64)
-        self.alive = np.zeros(capacity, bool)
-        self.views = np.empty(capacity, object)
-
-    def _arrays(self) -> list[np.ndarray]:
-        return [self.floats, self.ints, self.heads, self.alive, self.views]
-
-    def grown(self, capacity: int) -> _Rows:
-        new = _Rows(capacity, self.heads.shape[1])
-        for old, arr in zip(self._arrays(), new._arrays(), strict=True):
-            arr[: len(old)] = old
-        return new
-
-    def code(self, slot: int) -> int:
-        return int(self.ints[slot, _INTS.index("program_codes")])
-
-    def write(self, slot: int, r: RequestView, code: int) -> None:
-        head = prefix_head(r.prefix_hashes, self.heads.shape[1])
-        ints = [*(getattr(r, name) for name in _INTS[:-3]), code, len(r.prefix_hashes), head is None]
-        try:
-            self.ints[slot] = ints
-            self.floats[slot] = [getattr(r, name) for name in _FLOATS]
-        except (OverflowError, TypeError, ValueError) as e:
-            raise InvalidArgumentError(f"request {r.request_id!r}: a field is not an int64: {e}") from None
-        self.heads[slot] = 0
-        if head is not None:
-            self.heads[slot, : len(head)] = head
-        self.alive[slot], self.views[slot] = True, r
-
-    def kill(self, slot: int) -> None:
-        self.alive[slot], self.views[slot] = False, None
-
-    def compact(self, n: int) -> int:
-        """Move the live rows of the first ``n`` to the front, in order; returns their count."""
-        idx = np.flatnonzero(self.alive[:n])
-        for arr in self._arrays():
-            arr[: len(idx)] = arr[idx]
-        self.alive[len(idx) : n], self.views[len(idx) : n] = False, None
-        return len(idx)

@@ -10,7 +10,7 @@ counts answer tokens and paces them (PASCAL's token pacer) also says how many an
 when the user will have read them. Views are immutable;
 policies must not keep references that outlive ``decide``.
 
-A host that keeps its waiting queue as columns (:class:`~reasonserve.core.columns.ColumnStore`)
+A host that keeps its waiting queue as columns (:class:`~reasonserve.core.column_store.ColumnStore`)
 also passes ``waiting_columns``: a :class:`~reasonserve.core.columns.QueueColumns` whose
 row i describes ``waiting[i]`` (same values as the view's fields). Policies read the
 queue through :func:`~reasonserve.core.columns.columns_of`, which falls back to reading

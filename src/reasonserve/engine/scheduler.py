@@ -8,7 +8,7 @@ decodes first) and grows block tables. The scheduler never picks whom to admit o
 preempt, with one exception for liveness: when no running request can get a block
 and the policy preempted nothing, the last request in the step's order is preempted.
 
-The waiting queue is also kept as columns (:class:`~reasonserve.core.columns.ColumnStore`,
+The waiting queue is also kept as columns (:class:`~reasonserve.core.column_store.ColumnStore`,
 updated as requests enter and leave it), so the view's waiting requests and their
 ``waiting_columns`` cost one copy per step, not a view built per waiting request: a waiting
 request's view is built when it enters the queue (nothing a view reports changes while it waits).
@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from reasonserve.core.columns import ColumnStore
+from reasonserve.core.column_store import ColumnStore
 from reasonserve.core.policy import check_policy, policy_name
 from reasonserve.core.views import ProgramView, RequestView, SchedulerView
 from reasonserve.engine.block_manager import BlockManager, OutOfBlocks
