@@ -10,11 +10,15 @@ Migration at the reasoning->answering transition costs 40 ms per 2048 tokens (PA
 ``sim_speed`` times exact against coarse steps (``COARSE_STEPS`` decode iterations per
 decision) on the medium-rate PASCAL workload and reports how far the coarse run's
 metrics move. ``pascal_starving_first`` is PASCAL with an option beyond the paper
-(``PascalPolicy(starving_first=...)``, issue #14), reported beside it, not in the headline.
+(``PascalPolicy(starving_first=...)``, issue #14), reported beside it, not in the headline,
+at the rates in ``EXTRA_RATES`` only: it declares no quiet steps while a waiting reader
+can still run dry, so it runs stepped (one decision per engine step: about 100 s per
+2,000 requests at the medium rate, over 40 min at the high one).
 
     python benchmarks/policies.py --quick     # 400 requests per rate (a few minutes)
     python benchmarks/policies.py             # 2000 requests per rate
     python benchmarks/policies.py --only pascal   # this section only (merged into the results)
+    python benchmarks/policies.py --only pascal --workers 2   # the simulations in 2 processes
 """
 
 from __future__ import annotations
@@ -59,6 +63,7 @@ SETUPS = {  # name: (policy factory, router) — baselines place by least KV foo
         PascalRouter(),
     ),
 }
+EXTRA_RATES = {"pascal_starving_first": ("low", "medium")}  # policy: rates it runs at (default: all)
 PAPER = {
     "setting": "8x H100 96GB, DeepSeek-R1-Distill-Qwen-32B, AlpacaEval2.0/Arena-Hard via o4-mini lengths",
     "tail_ttft_change_vs_fcfs": "-61% (AlpacaEval2.0), -72% (Arena-Hard), 'up to', per 256-token bin",
@@ -102,26 +107,47 @@ def _headline(by_policy: dict) -> dict:
     }
 
 
-def run_comparison(num_requests: int, data_dir: pathlib.Path, seed: int) -> dict:
+def _grid_point(job: tuple) -> tuple[str, str, dict]:
+    """One (rate, policy) simulation of the comparison; a top-level function so that a
+    process pool can run it (the workload is rebuilt from the seed: the same requests)."""
+    label, name, num_requests, data_dir, seed = job
+    table = load_lengths("servegen", data_dir, seed=seed)
+    rate = RATE_FRACTIONS[label] * _capacity_rps(table, CONFIG)
+    reqs = poisson_workload(table, rate, num_requests, seed=seed)
+    factory, router = SETUPS[name]
+    start = time.perf_counter()
+    summary = summarize(simulate(reqs, CONFIG, factory, router))
+    summary["wall_s"] = time.perf_counter() - start
+    summary["sim_requests_per_wall_minute"] = num_requests / summary["wall_s"] * 60
+    s = summary
+    print(f"{label:6s} {name:22s} p99 TTFT {s['ttft_s']['p99']:8.1f} s  SLO viol "
+          f"{s['slo_violation_rate']:.3f}  tput {s['throughput_tokens_s']:8.0f} tok/s  "
+          f"migr {s['migrations']:5d}  wall {s['wall_s']:.0f} s", flush=True)  # fmt: skip
+    return label, name, summary
+
+
+def _grid(jobs: list, workers: int) -> list[tuple[str, str, dict]]:
+    if workers <= 1:
+        return [_grid_point(job) for job in jobs]
+    from concurrent.futures import ProcessPoolExecutor
+
+    with ProcessPoolExecutor(workers) as pool:  # results do not depend on the process they ran in
+        return list(pool.map(_grid_point, jobs))
+
+
+def run_comparison(num_requests: int, data_dir: pathlib.Path, seed: int, workers: int = 1) -> dict:
     table = load_lengths("servegen", data_dir, seed=seed)
     capacity = _capacity_rps(table, CONFIG)
-    out = {"capacity_estimate_rps": capacity, "lengths": table.source, "rates": {}}
+    skipped = {name: [r for r in RATE_FRACTIONS if r not in rates] for name, rates in EXTRA_RATES.items()}
+    out = {"capacity_estimate_rps": capacity, "lengths": table.source, "rates": {}, "not_run": skipped}
     medium = poisson_workload(table, RATE_FRACTIONS["medium"] * capacity, num_requests, seed=seed)
     coarse = replace(CONFIG, decode_steps_per_event=COARSE_STEPS)
-    out["sim_speed"] = sim_speed(medium, coarse, *SETUPS["pascal"])
+    out["sim_speed"] = sim_speed(medium, coarse, *SETUPS["pascal"])  # timed alone, before the grid
+    jobs = [(label, name, num_requests, data_dir, seed) for label in RATE_FRACTIONS for name in SETUPS
+            if label in EXTRA_RATES.get(name, RATE_FRACTIONS)]  # fmt: skip
+    done = {(label, name): summary for label, name, summary in _grid(jobs, workers)}
     for label, fraction in RATE_FRACTIONS.items():
-        reqs = poisson_workload(table, fraction * capacity, num_requests, seed=seed)
-        by_policy = {}
-        for name, (factory, router) in SETUPS.items():
-            start = time.perf_counter()
-            summary = summarize(simulate(reqs, CONFIG, factory, router))
-            summary["wall_s"] = time.perf_counter() - start
-            summary["sim_requests_per_wall_minute"] = num_requests / summary["wall_s"] * 60
-            by_policy[name] = summary
-            s = summary
-            print(f"{label:6s} {name:18s} p99 TTFT {s['ttft_s']['p99']:8.1f} s  SLO viol "
-                  f"{s['slo_violation_rate']:.3f}  tput {s['throughput_tokens_s']:8.0f} tok/s  "
-                  f"migr {s['migrations']:5d}  wall {s['wall_s']:.0f} s", flush=True)  # fmt: skip
+        by_policy = {name: done[label, name] for name in SETUPS if (label, name) in done}
         out["rates"][label] = {
             "rate_rps": fraction * capacity,
             "policies": by_policy,
@@ -179,6 +205,8 @@ def main() -> None:
     parser.add_argument("--markdown", action="store_true", help="print the docs tables from the last results")
     parser.add_argument("--only", action="append", choices=("pascal", "dynasor", "flashtts"),
                         help="run only this section (repeatable); merge into the results")  # fmt: skip
+    parser.add_argument("--workers", type=int, default=1,
+                        help="PASCAL grid: simulations in this many processes (same results)")  # fmt: skip
     args = parser.parse_args()
     if args.markdown:
         saved = json.loads((RESULTS / "policies.json").read_text())
@@ -197,7 +225,7 @@ def main() -> None:
     result = json.loads(path.read_text()) if args.only and path.exists() else {}  # --only: merge
     if "pascal" in sections:
         speed = decide_speed()
-        comparison = run_comparison(400 if args.quick else 2000, args.data, args.seed)
+        comparison = run_comparison(400 if args.quick else 2000, args.data, args.seed, args.workers)
         result.update({"machine": machine("cpu"), "config": repr(CONFIG),
                        "num_blocks_per_instance": CONFIG.num_blocks, "quick": args.quick, "seed": args.seed,
                        "decide_ms_median": speed, "paper": PAPER, **comparison})  # fmt: skip
