@@ -206,7 +206,8 @@ def main() -> None:
     parser.add_argument("--only", action="append", choices=("pascal", "dynasor", "flashtts"),
                         help="run only this section (repeatable); merge into the results")  # fmt: skip
     parser.add_argument("--workers", type=int, default=1,
-                        help="PASCAL grid: simulations in this many processes (same results)")  # fmt: skip
+                        help="PASCAL grid and Dynasor sweep: simulations in this many processes "
+                        "(same results)")  # fmt: skip
     args = parser.parse_args()
     if args.markdown:
         saved = json.loads((RESULTS / "policies.json").read_text())
@@ -232,7 +233,7 @@ def main() -> None:
     if "dynasor" in sections:
         import _repro_dynasor  # Dynasor vs SGLang-LPM vs Parrot App-FIFO (SC programs)
 
-        result["dynasor"] = _repro_dynasor.run(args.quick, args.data, args.seed)
+        result["dynasor"] = _repro_dynasor.run(args.quick, args.data, args.seed, args.workers)
     if "flashtts" in sections:
         import _repro_flashtts  # FlashTTS beam search: baseline vs prefix order, roofline KV, speculation
 
