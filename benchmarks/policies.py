@@ -19,6 +19,7 @@ can still run dry, so it runs stepped (one decision per engine step: about 100 s
     python benchmarks/policies.py             # 2000 requests per rate
     python benchmarks/policies.py --only pascal   # this section only (merged into the results)
     python benchmarks/policies.py --only pascal --workers 2   # the simulations in 2 processes
+    python benchmarks/policies.py --collect   # join the standalone full runs' files (see ``collect``)
 """
 
 from __future__ import annotations
@@ -197,6 +198,34 @@ def _ablation_lines(result: dict) -> list[str]:
     return lines
 
 
+COLLECTED = {  # policies.json key: (file the standalone script writes, key inside it or None: all of it)
+    "dynasor": ("dynasor.json", None),  # python benchmarks/_repro_dynasor.py --workers N
+    "flashtts": ("flashtts.json", "flashtts"),  # python benchmarks/_repro_flashtts.py --setting S ... --merge
+    "flashtts_longcot": ("flashtts_longcot.json", "flashtts"),  # the same with --workload longcot
+}
+
+
+def collect(result: dict) -> dict:
+    """Join the sections the standalone scripts wrote (their full runs take hours on 2
+    cores, so they run per setting side by side and merge): each file must be a full,
+    complete run; the file's name and modification time are recorded beside it."""
+    sources = {}
+    for key, (name, inner) in COLLECTED.items():
+        path = RESULTS / name
+        if not path.exists():
+            print(f"collect: {name} not found, {key!r} left as it was", file=sys.stderr)
+            continue
+        saved = json.loads(path.read_text())
+        quick = saved.get("quick", saved.get("setting", {}).get("quick"))
+        if quick or saved.get("complete") is False:
+            raise SystemExit(f"collect: {name} is a quick or incomplete run; re-run it in full")
+        result[key] = saved[inner] if inner else saved
+        sources[key] = {"file": name, "modified_utc": time.strftime(
+            "%Y-%m-%dT%H:%M:%SZ", time.gmtime(path.stat().st_mtime))}  # fmt: skip
+    result["collected_from"] = sources
+    return result
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="400 requests per rate instead of 2000")
@@ -205,6 +234,9 @@ def main() -> None:
     parser.add_argument("--markdown", action="store_true", help="print the docs tables from the last results")
     parser.add_argument("--only", action="append", choices=("pascal", "dynasor", "flashtts"),
                         help="run only this section (repeatable); merge into the results")  # fmt: skip
+    parser.add_argument("--collect", action="store_true",
+                        help="join the standalone full runs' results (dynasor.json, flashtts.json, "
+                        "flashtts_longcot.json) into policies.json and stop")  # fmt: skip
     parser.add_argument("--workers", type=int, default=1,
                         help="PASCAL grid and Dynasor sweep: simulations in this many processes "
                         "(same results)")  # fmt: skip
@@ -220,9 +252,18 @@ def main() -> None:
             import _repro_flashtts
 
             print("\n" + _repro_flashtts.markdown(saved["flashtts"]))
+        if "flashtts_longcot" in saved:
+            import _repro_flashtts
+
+            print("\n" + _repro_flashtts.markdown(saved["flashtts_longcot"]))
         return
     sections = args.only or ["pascal", "dynasor", "flashtts"]
     path = RESULTS / "policies.json"
+    if args.collect:
+        path.write_text(json.dumps(collect(json.loads(path.read_text()) if path.exists() else {}),
+                                   indent=1, default=str))  # fmt: skip
+        print(f"wrote {path}")
+        return
     result = json.loads(path.read_text()) if args.only and path.exists() else {}  # --only: merge
     if "pascal" in sections:
         speed = decide_speed()
