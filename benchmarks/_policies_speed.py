@@ -27,6 +27,7 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 import random
 import statistics
 import time
@@ -151,7 +152,7 @@ def decide_speed(
         cases.append(("10000 shuffled", big_view(10_000, shuffle_seed=0), 15))
     if sjf:  # at 100 s every program of the 10,000 view waited past Dynasor's 60 s bound
         cases.append(("10000 at 20 s", big_view(10_000, now_s=20.0), 15))
-    print(f"CPU: {_harness.machine('cpu').get('cpu', '?')}", flush=True)
+    print(f"CPU: {_harness.machine('cpu').get('cpu', '?')}, load average {_load()}", flush=True)
     out = {}
     for label, view, repeats in cases:
         views = {"objects": view, "host columns": with_host_columns(view)}
@@ -164,7 +165,13 @@ def decide_speed(
                   "FCFS's on objects): " + ", ".join(cells), flush=True)  # fmt: skip
     if store:
         out["column_store"] = store_step_cost()
+    print(f"load average at the end {_load()}", flush=True)
     return out
+
+
+def _load() -> str:
+    """The 1/5/15-minute load averages (the machine is shared: timings are read beside them)."""
+    return " / ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
 def _timed(reqs, config, factory, router) -> tuple[object, float, float]:

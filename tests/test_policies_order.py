@@ -2,16 +2,19 @@
 make exactly the decisions of the plain definitions: a full sort of every live request
 by the policy's ranking, then :func:`decide_ranked`."""
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from reasonserve.core import Phase
 from reasonserve.core.decisions import Admit, Preempt
+from reasonserve.core.policy import QUIET_FOREVER
 from reasonserve.policies import RequestView, SchedulerView
 from reasonserve.policies._ranked import decide_ranked
 from reasonserve.policies.app_fifo import AppFIFOPolicy
 from reasonserve.policies.dynasor import DynasorPolicy, DynasorState
-from reasonserve.policies.pascal import PascalPolicy
+from reasonserve.policies.pacer import TokenPacer
+from reasonserve.policies.pascal import HIGH, LOW, PascalPolicy
 
 TIMES = st.sampled_from([0.0, 1.0, 2.5, 7.0, 50.0, 120.0])  # few values: many ties
 
@@ -31,6 +34,8 @@ def _requests(prefix, running):
             enqueued_s=TIMES,
             quantum_used=st.integers(0, 30) if running else st.just(0),
             program_id=st.sampled_from([None, "pa", "pb", "pc"]),
+            num_answer_tokens=st.none() | st.integers(0, 40),
+            paced_until_s=st.none() | TIMES,
         ),
         max_size=10,
         unique_by=lambda r: r.request_id,
@@ -55,6 +60,70 @@ def test_pascal_equals_its_full_sort_definition(view, mode):
     running = {r.request_id for r in view.running}
     ranked = sorted(view.running + view.waiting, key=lambda r: policy.rank_key(r, r.request_id in running))
     assert list(policy.decide(view)) == _decide_per_queue(view, ranked, mode, policy.queue)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    VIEWS, st.sampled_from([None, TokenPacer(tpot_s=0.5)]), st.sampled_from([(10, 60), (500, 5000), (5, 0)])
+)
+def test_pascal_quiet_steps_equal_their_definition(view, pacer, params):
+    """quiet_steps (one inlined pass) against the definition in the policy's own terms."""
+    quantum, limit = params
+    policy = PascalPolicy(quantum=quantum, demote_threshold_tokens=limit, starving_first=pacer)
+    assert policy.quiet_steps(view) == _quiet_definition(policy, view)
+    if view.waiting and view.running:  # a queue with waiting requests: some quantum may count
+        alone = view.__class__(view.now_s, view.waiting[:1], view.running, 4, 4, 8)
+        assert policy.quiet_steps(alone) == _quiet_definition(policy, alone)
+
+
+@pytest.mark.parametrize("n_running", [2, 6])
+def test_pascal_fill_shortcuts_hold_with_negative_costs(n_running):
+    """A negative cost (a broken host value) lets a run of running requests fit together
+    while one of them alone does not: the shortcuts must then take them one at a time."""
+    running = tuple(
+        RequestView(f"r{i}", 0.0, Phase.REASONING, 8, 8, 1, num_blocks=0, blocks_needed=5 if i == 0 else -3)
+        for i in range(n_running)
+    )
+    policy = PascalPolicy()
+    for waiting in ((), (RequestView("w0", 9.0, Phase.PREFILL, 8, 0, 0, blocks_needed=1, enqueued_s=9.0),)):
+        view = SchedulerView(0.0, waiting, running, 3, 4, 16)
+        ranked = sorted(view.running + view.waiting, key=lambda r: policy.rank_key(r, r.request_id[0] == "r"))
+        assert list(policy.decide(view)) == _decide_per_queue(view, ranked, "swap", policy.queue)
+        assert Preempt("r0", "swap") in policy.decide(view)
+
+
+def test_pascal_a_nan_turn_is_met_after_the_running_requests():
+    """A waiting request whose enqueue time is NaN compares after every running request it
+    meets in its queue (``key(waiting) < key(running)`` is False): blocked here, where taken
+    first it would be admitted and preempt both."""
+    running = tuple(
+        RequestView(
+            f"r{i}", 0.0, Phase.REASONING, 8, 8, 1, num_blocks=2, blocks_needed=1, enqueued_s=float(i)
+        )
+        for i in range(2)
+    )
+    nan = RequestView("w0", 0.0, Phase.PREFILL, 8, 0, 0, blocks_needed=4, enqueued_s=float("nan"))
+    assert list(PascalPolicy().decide(SchedulerView(0.0, (nan,), running, 2, 4, 16))) == []
+
+
+def _quiet_definition(policy, view):
+    """Nothing waiting: for ever; a waiting reader that may start starving: 1 step; else
+    until a quantum expires in a queue with waiting requests, or a reasoning request passes
+    the demotion threshold."""
+    if not view.waiting:
+        return QUIET_FOREVER
+    pacer = policy.starving_first
+    if pacer is not None and any(policy.queue(r) == LOW and r.paced_until_s is not None
+                                 and not pacer.starving(r.paced_until_s, view.now_s) for r in view.waiting):  # fmt: skip
+        return 1
+    waits, steps = {policy.queue(r) for r in view.waiting}, QUIET_FOREVER
+    for r in view.running:
+        queue, used = policy.queue(r), policy.quantum_used(r)
+        if queue in waits and used < policy.quantum:
+            steps = min(steps, policy.quantum - used)
+        if queue == HIGH:
+            steps = min(steps, policy.demote_threshold_tokens - r.num_tokens + 1)
+    return max(1, steps)
 
 
 def _decide_per_queue(view, ranked, mode, queue_of):

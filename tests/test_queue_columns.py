@@ -16,12 +16,14 @@ from reasonserve.core.column_store import ColumnStore
 from reasonserve.core.columns import NUMERIC, QueueColumns, columns_of
 from reasonserve.core.decisions import Admit
 from reasonserve.core.views import ProgramView, RequestView, SchedulerView
-from reasonserve.policies import REGISTRY, flashtts_prefix
+from reasonserve.policies import REGISTRY, FCFSPolicy, RoundRobinPolicy, _order, flashtts_prefix, pascal
 from reasonserve.policies._programs import Programs
 from reasonserve.policies.app_fifo import AppFIFOPolicy
 from reasonserve.policies.dynasor import DynasorPolicy, DynasorState
 from reasonserve.policies.flashtts_prefix import PrefixAwarePolicy
 from reasonserve.policies.lpm import LPMPolicy, cached_prefix_blocks, cached_prefix_columns
+from reasonserve.policies.pacer import TokenPacer
+from reasonserve.policies.pascal import PascalPolicy
 
 HASHES = st.lists(st.integers(0, 5), max_size=11).map(tuple)  # shared, some longer than the columns
 INT64_EDGES = st.sampled_from([(-(2**63), 2**63 - 1), (2**63 - 1, 1), (-1, 0, 1)])  # int64, at its ends
@@ -191,7 +193,16 @@ def _wait(i, arrival, program=None, hashes=(), out=0, needed=4):
                        prefix_hashes=hashes)  # fmt: skip
 
 
+def _turn(i, t, needed=4):
+    """A waiting request that arrived and was queued at ``t``."""
+    return RequestView(f"w{i}", t, Phase.PREFILL, 8, 0, 0, blocks_needed=needed, enqueued_s=t)
+
+
+_TURNS = SchedulerView(0.0, (_turn(0, 0.0), _turn(1, 1.0)), (), 4, 4, 1)
 MISALIGNED = {  # views where each column-reading policy decides differently on reversed columns
+    "fcfs": (FCFSPolicy, _TURNS),
+    "round_robin": (RoundRobinPolicy, _TURNS),
+    "pascal": (PascalPolicy, _TURNS),
     "app_fifo": (AppFIFOPolicy, SchedulerView(0.0, (_wait(0, 0.0, "pa"), _wait(1, 1.0, "pb")), (), 4, 4, 1)),
     "dynasor_escalated": (DynasorPolicy, SchedulerView(500.0, (_wait(0, 0.0, "pa"), _wait(1, 1.0, "pb")), (), 4, 4, 1)),
     "dynasor_sjf": (DynasorPolicy, SchedulerView(
@@ -359,3 +370,122 @@ def test_nan_arrivals_tie_so_program_codes_do_not_order_programs():
     hosted = dataclasses.replace(view, waiting_columns=store.snapshot()[1])
     for factory in (AppFIFOPolicy, DynasorPolicy):
         assert factory().decide(view) == factory().decide(hosted) == [Admit("w1")]
+
+
+# --- FCFS, round-robin and PASCAL order the waiting queue from the host's columns --------------
+
+TURNS = [0.0, 1.0, 2.5, 70.0, float("inf"), -float("inf")]  # few values: ties, broken by id
+PHASES = [Phase.PREFILL, Phase.REASONING, Phase.ANSWERING]
+
+
+@st.composite
+def turn_views(draw) -> SchedulerView:
+    """Views whose waiting queues are long enough for the numpy sorts (and short ones),
+    request ids out of queue order (ties by id are not queue order), NaN keys sometimes,
+    every PASCAL queue and demotion case (threshold 60 below)."""
+    times = st.sampled_from(TURNS + ([float("nan")] if draw(st.integers(0, 3)) == 0 else []))
+    n_wait, n_run = draw(st.integers(0, 70)), draw(st.integers(0, 8))
+
+    def req(rid: str, running: bool) -> RequestView:
+        return RequestView(
+            rid, draw(times), draw(st.sampled_from(PHASES)), draw(st.integers(1, 64)), 0, draw(st.integers(0, 80)),
+            num_blocks=draw(st.integers(1, 6)) if running else 0,
+            blocks_needed=draw(st.integers(0, 2)) if running else draw(st.integers(1, 8)),
+            enqueued_s=draw(times), quantum_used=draw(st.integers(0, 30)) if running else 0,
+            num_answer_tokens=draw(st.none() | st.integers(0, 40)), paced_until_s=draw(st.none() | times),
+        )  # fmt: skip
+
+    ids = draw(st.permutations(range(n_wait)))
+    waiting = tuple(req(f"w{i:03d}", False) for i in ids)
+    running = tuple(req(f"r{i}", True) for i in range(n_run))
+    return SchedulerView(draw(st.sampled_from([0.0, 80.0])), waiting, running, draw(st.integers(0, 60)), 4,
+                         draw(st.integers(1, 24)))  # fmt: skip
+
+
+TURN_POLICIES = {
+    "fcfs": FCFSPolicy,
+    "round_robin": lambda: RoundRobinPolicy(quantum=10),
+    "pascal": lambda: PascalPolicy(quantum=10, demote_threshold_tokens=60),
+    "pascal_default": PascalPolicy,
+    "pascal_starving_first": lambda: PascalPolicy(quantum=10, demote_threshold_tokens=60,
+                                                  starving_first=TokenPacer(tpot_s=0.5)),
+}  # fmt: skip
+
+
+@settings(max_examples=300, deadline=None)
+@given(turn_views(), st.sampled_from([1, 8]))
+def test_fcfs_rr_pascal_decide_the_same_with_host_columns(view, width):
+    hosted = _with_columns(view, width)
+    for name, factory in TURN_POLICIES.items():
+        assert factory().decide(view) == factory().decide(hosted), name
+    for field in ("arrival_s", "enqueued_s"):  # the whole order, not only the head a decision reads
+        assert list(_order.waiting_ordered(hosted, field)) == _order.ordered(view.waiting, field)
+    for factory in (PascalPolicy, TURN_POLICIES["pascal"]):
+        plain, by_columns = factory()._split_waiting(view), factory()._split_waiting(hosted)
+        assert [list(q) for q in plain] == [list(q) for q in by_columns]
+
+
+@pytest.mark.parametrize(
+    ("keys", "taken"),
+    [([0.0, 1.0, 2.0], "in order"), ([2.0, 0.0, 1.0], "argsort"), ([1.0, 0.0, 1.0], "ties"),
+     ([1.0, float("nan"), 0.0], None), ([-float("inf"), float("inf"), 0.0], "argsort")],
+)  # fmt: skip
+def test_column_order_branches_equal_ordered(monkeypatch, keys, taken):
+    """Each branch of column_order gives ordered()'s order; the ids are read only on ties;
+    a NaN key leaves the order to the objects (None)."""
+    reqs = tuple(_turn(i, t)._replace(request_id=f"w{9 - i}") for i, t in enumerate(keys))
+    read = []
+    monkeypatch.setattr(_order, "lex_order", lambda k, ids: read.append(1) or _LEX_ORDER(k, ids))
+    order = _order.column_order(np.array(keys), reqs)
+    if taken is None:
+        assert order is None
+        return
+    assert [reqs[i] for i in order.tolist()] == _order.ordered(reqs, "arrival_s")
+    assert bool(read) == (taken == "ties")
+
+
+_LEX_ORDER = _order.lex_order
+
+
+def _spy_object_sorts(monkeypatch) -> list:
+    """Record the queues sorted from the objects: by FCFS and round-robin (ordered) and by
+    PASCAL (_by_enqueue)."""
+    sorted_queues = []
+    for module, name in ((_order, "ordered"), (pascal, "_by_enqueue")):
+        real = getattr(module, name)
+        monkeypatch.setattr(module, name, lambda q, *a, _real=real: sorted_queues.append(q) or _real(q, *a))
+    return sorted_queues
+
+
+@pytest.mark.parametrize("nan", [False, True])
+@pytest.mark.parametrize("name", sorted(TURN_POLICIES))
+def test_the_column_branch_is_taken_unless_a_key_is_nan(monkeypatch, name, nan):
+    """With the host's columns the waiting queue (shuffled, 60 requests) is never sorted
+    from the objects; with a NaN time it is (the objects' sort is the definition there)."""
+    waiting = [_turn(i, float(i % 25), needed=1 + i % 3) for i in range(60)]
+    random.Random(1).shuffle(waiting)
+    if nan:
+        waiting[7] = waiting[7]._replace(arrival_s=float("nan"), enqueued_s=float("nan"))
+    running = (
+        RequestView("r0", 3.0, Phase.ANSWERING, 8, 8, 70, num_blocks=2, enqueued_s=3.0, quantum_used=20),
+    )
+    view = SchedulerView(0.0, tuple(waiting), running, 9, 4, 6)
+    hosted = _with_columns(view, 8)
+    expected = TURN_POLICIES[name]().decide(view)
+    sorted_queues = _spy_object_sorts(monkeypatch)
+    assert TURN_POLICIES[name]().decide(hosted) == expected
+    assert any(q is hosted.waiting for q in sorted_queues) == nan
+
+
+@pytest.mark.parametrize(
+    ("policy", "change"),
+    [(PascalPolicy(demote_threshold_tokens=2**64), {}), (PascalPolicy(demote_threshold_tokens=60), {"num_output_tokens": -5})],
+    ids=["threshold-beyond-int64", "negative-tokens"],
+)  # fmt: skip
+def test_pascal_leaves_demotion_to_the_objects_where_int64_could_overflow(monkeypatch, policy, change):
+    waiting = tuple(_turn(i, float(5 - i))._replace(**change) for i in range(6))
+    view = SchedulerView(0.0, waiting, (), 8, 4, 2)
+    hosted = _with_columns(view, 8)
+    expected = policy.decide(view)
+    sorted_queues = _spy_object_sorts(monkeypatch)
+    assert policy.decide(hosted) == expected and any(q is hosted.waiting for q in sorted_queues)

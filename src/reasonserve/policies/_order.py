@@ -10,24 +10,26 @@ so a caller that stops once admission is blocked pays for little more than the s
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from itertools import pairwise
 from operator import attrgetter, eq
 
 import numpy as np
 
-from reasonserve.core.columns import field_getter
-from reasonserve.core.views import RequestView
+from reasonserve.core.columns import columns_of, field_getter
+from reasonserve.core.views import RequestView, SchedulerView
 
 __all__ = [
     "BY_ID",
     "argsort_lazily",
     "chunked",
+    "column_order",
     "getter",
     "lex_order",
     "ordered",
     "ordered_plain",
     "ranked_lazily",
+    "waiting_ordered",
 ]
 
 BY_ID = attrgetter("request_id")
@@ -51,6 +53,37 @@ def ordered(requests: Sequence[RequestView], field: str) -> list[RequestView]:
     if bool((s[1:] > s[:-1]).all()):  # distinct (and no NaN): a strict order
         return list(map(requests.__getitem__, order.tolist()))
     return ordered_plain(requests, field)
+
+
+def column_order(keys: np.ndarray, requests: Sequence[RequestView]) -> np.ndarray | None:
+    """The indices of ``requests`` in :func:`ordered`'s order, from ``keys`` (a host's column:
+    ``keys[i]`` is ``requests[i]``'s field) instead of the objects: one numpy sort (none for
+    a column already in strictly increasing order), the ids read only when keys tie. None
+    when a key is NaN: :func:`ordered` then takes Python's sort, whose order with NaNs
+    depends on the input order (no numpy sort reproduces it): the caller takes the objects.
+    Equal to :func:`ordered` for float fields (a column is float64: int times beyond 2**53
+    would compare as their float64 values)."""
+    n = len(keys)
+    if n < 2 or bool((keys[1:] > keys[:-1]).all()):  # NaN compares False: never taken with one
+        return np.arange(n)
+    if keys.dtype.kind == "f" and bool(np.isnan(keys).any()):
+        return None
+    order = np.argsort(keys)
+    s = keys[order]
+    if bool((s[1:] > s[:-1]).all()):  # distinct: the order is unique, whatever the sort
+        return order
+    return lex_order([keys], lambda: list(map(BY_ID, requests)))
+
+
+def waiting_ordered(view: SchedulerView, field: str) -> Iterable[RequestView]:
+    """``view.waiting`` by ``(field, request_id)`` (:func:`ordered`'s order): from the host's
+    column of ``field`` when it has one (read lazily, a caller that stops early pays for
+    the sort and what it read), else (or with a NaN key) :func:`ordered` on the objects."""
+    if view.waiting_columns is not None:
+        order = column_order(columns_of(view).column(field), view.waiting)
+        if order is not None:
+            return map(view.waiting.__getitem__, chunked(order))
+    return ordered(view.waiting, field)
 
 
 def ordered_plain(requests: Sequence[RequestView], field: str) -> list[RequestView]:

@@ -25,6 +25,7 @@ __all__ = ["decide_programs", "decide_ranked", "decide_running_first", "decide_s
 
 _NUM_BLOCKS = attrgetter("num_blocks")
 _BLOCKS_NEEDED = attrgetter("blocks_needed")
+_RUN = 4  # running requests below which one at a time beats summing them
 
 
 def decide_ranked(
@@ -106,6 +107,21 @@ class _Fill:
             mode = self.mode
             self.preempts += [Preempt(rid, mode) for rid in map(BY_ID, running)]
 
+    def running_run(self, running: Sequence[RequestView]) -> None:
+        """:meth:`running` for each, in order; at once when they all keep their seats (no
+        negative cost, and together they fit: then so does each in turn)."""
+        if len(running) < _RUN:
+            for r in running:
+                self.running(r)
+            return
+        costs = list(map(add, map(_NUM_BLOCKS, running), map(_BLOCKS_NEEDED, running)))
+        total = sum(costs)
+        if len(running) <= self.seats and total <= self.budget and min(costs) >= 0:
+            self.budget, self.seats = self.budget - total, self.seats - len(running)
+        else:
+            for r in running:
+                self.running(r)
+
     def waiting(self, r: RequestView) -> None:
         if self.seats >= 1 and r.blocks_needed <= self.budget:
             self.admits.append(Admit(r.request_id))
@@ -132,18 +148,22 @@ def fill_segments(
     fill: _Fill, segments: Iterable[tuple[Sequence[RequestView], Iterable[RequestView], Callable]]
 ) -> None:
     """:func:`decide_segments`'s fill into ``fill`` (a host of several head-of-line blocks
-    resets ``fill.blocked`` between calls)."""
+    resets ``fill.blocked`` between calls). The running requests after the last waiting
+    one read (admission blocked, or the waiting ones all read) are taken as a run
+    (:meth:`_Fill.running_run`)."""
     for running, waiting, key in segments:
         queued = iter(waiting)
-        nxt = next(queued, None)
-        for r in running:
-            while not fill.blocked and nxt is not None and key(nxt) < key(r):
-                fill.waiting(nxt)
-                nxt = next(queued, None)
-            fill.running(r)
-        while not fill.blocked and nxt is not None:
+        nxt = None if fill.blocked else next(queued, None)
+        i, n = 0, len(running)
+        while nxt is not None:
+            k = key(nxt)
+            while i < n and not k < key(running[i]):  # running requests ranked before nxt
+                fill.running(running[i])
+                i += 1
             fill.waiting(nxt)
-            nxt = next(queued, None)
+            nxt = None if fill.blocked else next(queued, None)
+        if i < n:
+            fill.running_run(running[i:] if i else running)
 
 
 def decide_programs(

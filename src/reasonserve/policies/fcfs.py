@@ -1,6 +1,9 @@
 """First come, first served (vLLM's default): admit by arrival while KV blocks and seats
 last; when the running batch's growth does not fit, preempt the newest arrival first,
-and admit nothing in a step that preempted."""
+and admit nothing in a step that preempted.
+
+With the host's columns (``SchedulerView.waiting_columns``) the waiting queue is ordered
+by its arrival column (one numpy sort) and read lazily until admission stops."""
 
 from __future__ import annotations
 
@@ -11,7 +14,7 @@ from reasonserve.core.decisions import Decision, Preempt
 from reasonserve.core.policy import QUIET_FOREVER
 from reasonserve.core.views import SchedulerView
 from reasonserve.policies._capacity import admit_in_order, growth
-from reasonserve.policies._order import ordered
+from reasonserve.policies._order import ordered, waiting_ordered
 
 __all__ = ["FCFSPolicy"]
 
@@ -31,7 +34,7 @@ class FCFSPolicy:
             free += victim.num_blocks
         if decisions:
             return decisions
-        waiting = ordered(view.waiting, "arrival_s")  # one numpy read; admission stops at the first misfit
+        waiting = waiting_ordered(view, "arrival_s")  # admission stops at the first misfit
         return admit_in_order(view, waiting, free - need, view.max_num_seqs - len(running))
 
     def quiet_steps(self, view: SchedulerView) -> int:

@@ -39,17 +39,19 @@ tokens, pacer release time, enqueue time, id). The token pacer and QoE live in
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from itertools import chain
 from operator import attrgetter
 
+import numpy as np
+
+from reasonserve.core.columns import QueueColumns, columns_of
 from reasonserve.core.decisions import Decision
 from reasonserve.core.errors import InvalidArgumentError
 from reasonserve.core.phase import Phase
 from reasonserve.core.policy import QUIET_FOREVER
 from reasonserve.core.views import RequestView, SchedulerView
-from reasonserve.policies._order import ordered, ordered_plain
+from reasonserve.policies._order import chunked, column_order, ordered, ordered_plain
 from reasonserve.policies._ranked import _Fill, fill_segments
 from reasonserve.policies.pacer import TokenPacer
 
@@ -108,19 +110,12 @@ class PascalPolicy:
         return (LOW, 2 if expired else 0, *_paced(r))
 
     def decide(self, view: SchedulerView) -> Sequence[Decision]:
+        if not view.waiting and _all_fit(view):  # the ranking orders only running requests that all fit
+            return []
         by_turn = _BY_TURN
         (fresh_hi, expired_hi), (fresh_lo, expired_lo) = self._split_running(view.running)
-        waiting = _by_enqueue(view.waiting)  # split lazily below
-        limit, answering = self.demote_threshold_tokens, Phase.ANSWERING
-
-        def low(r: RequestView) -> bool:  # inlined self.queue(r) == LOW
-            return r.phase is answering or r.num_prompt_tokens + r.num_output_tokens > limit
-
-        high = [
-            (_by_enqueue(fresh_hi), (r for r in waiting if not low(r)), by_turn),
-            (_by_enqueue(expired_hi), (), by_turn),
-        ]
-        waiting_lo: Iterable[RequestView] = (r for r in waiting if low(r))
+        waiting_hi, waiting_lo = self._split_waiting(view)  # lazily, by turn
+        high = [(_by_enqueue(fresh_hi), waiting_hi, by_turn), (_by_enqueue(expired_hi), (), by_turn)]
         starving: list[RequestView] = []
         if self.starving_first is not None:
             waiting_lo = list(waiting_lo)
@@ -129,11 +124,30 @@ class PascalPolicy:
             waiting_lo = [r for r, d in zip(waiting_lo, dry, strict=True) if not d]
         low_queue = [
             ((), starving, by_turn),  # empty unless starving_first
-            (sorted(fresh_lo, key=_paced), (), by_turn),  # within their quantum: keep their seats
+            (sorted(fresh_lo, key=_paced) if len(fresh_lo) > 1 else fresh_lo, (), by_turn),  # keep seats
             ((), waiting_lo, by_turn),
-            (sorted(expired_lo, key=_paced), (), by_turn),
+            (sorted(expired_lo, key=_paced) if len(expired_lo) > 1 else expired_lo, (), by_turn),
         ]
         return _fill_queues(view, (high, low_queue), self.mode)
+
+    def _split_waiting(self, view: SchedulerView) -> tuple[Iterator[RequestView], Iterator[RequestView]]:
+        """The waiting requests of the high and of the low queue, each by turn (enqueue time,
+        id), lazily. With the host's columns: one numpy sort of the enqueue-time column and
+        the demotion test on the token columns; a request's phase is read when it is reached.
+        Else (or where the columns cannot decide as the objects do) one sort of the objects."""
+        limit, answering = self.demote_threshold_tokens, Phase.ANSWERING
+        if view.waiting_columns is not None:
+            cols = columns_of(view)
+            order = column_order(cols.column("enqueued_s"), view.waiting)
+            demoted = _demoted(cols, limit)
+            if order is not None and demoted is not None:
+                return _walk_columns(view.waiting, order, demoted)
+        waiting = _by_enqueue(view.waiting)
+
+        def low(r: RequestView) -> bool:  # inlined self.queue(r) == LOW
+            return r.phase is answering or r.num_prompt_tokens + r.num_output_tokens > limit
+
+        return (r for r in waiting if not low(r)), (r for r in waiting if low(r))
 
     def _split_running(self, running: Sequence[RequestView]) -> tuple[tuple[list, list], tuple[list, list]]:
         """Per queue (high, low): the running requests (within their quantum, expired);
@@ -170,7 +184,8 @@ class PascalPolicy:
         waiting, for ever; else until a running request's quantum expires in a queue with
         requests waiting, or a running reasoning request passes the demotion threshold. With
         ``starving_first``, one step while a waiting answering reader has not run dry yet
-        (it may at any time)."""
+        (it may at any time). One pass over the running requests (:meth:`_split_running`'s
+        classification inlined)."""
         if not view.waiting:
             return QUIET_FOREVER
         if self.starving_first is not None and any(  # a reader may start starving at any step
@@ -178,16 +193,43 @@ class PascalPolicy:
             for r in view.waiting
         ):
             return 1
-        waits = {self.queue(r) for r in view.waiting}
-        steps, quantum, limit = QUIET_FOREVER, self.quantum, self.demote_threshold_tokens
-        (fresh_hi, expired_hi), (fresh_lo, _) = self._split_running(view.running)
-        for queue, fresh in ((HIGH, fresh_hi), (LOW, fresh_lo)):
-            if queue in waits:  # a running request's quantum expires
-                for used in map(self.quantum_used, fresh):
-                    steps = min(steps, quantum - used)
-        for r in chain(fresh_hi, expired_hi):  # a reasoning request passes the demotion threshold
-            steps = min(steps, limit - r.num_prompt_tokens - r.num_output_tokens + 1)
+        wait_hi, wait_lo = self._waiting_queues(view.waiting)
+        quantum, limit, answering = self.quantum, self.demote_threshold_tokens, Phase.ANSWERING
+        steps = QUIET_FOREVER
+        for r in view.running:
+            used = r.quantum_used
+            if r.phase is answering:
+                answered = r.num_answer_tokens
+                if answered is not None and answered < used:
+                    used = answered
+                if wait_lo and used < quantum and quantum - used < steps:
+                    steps = quantum - used
+                continue
+            over = r.num_prompt_tokens + r.num_output_tokens - limit
+            if over <= 0:  # high; it passes the demotion threshold in 1 - over steps
+                if wait_hi and used < quantum and quantum - used < steps:
+                    steps = quantum - used
+                if 1 - over < steps:
+                    steps = 1 - over
+                continue
+            if over < used and r.num_prompt_tokens <= limit:
+                used = over
+            if wait_lo and used < quantum and quantum - used < steps:
+                steps = quantum - used
         return max(1, steps)
+
+    def _waiting_queues(self, waiting: Sequence[RequestView]) -> tuple[bool, bool]:
+        """Whether some waiting request is in the high queue, in the low queue (stops once both)."""
+        limit, answering = self.demote_threshold_tokens, Phase.ANSWERING
+        hi = lo = False
+        for r in waiting:
+            if r.phase is answering or r.num_prompt_tokens + r.num_output_tokens > limit:
+                lo = True
+            else:
+                hi = True
+            if hi and lo:
+                break
+        return hi, lo
 
 
 def _fill_queues(view: SchedulerView, queues, mode: str | None) -> list[Decision]:
@@ -201,6 +243,8 @@ def _fill_queues(view: SchedulerView, queues, mode: str | None) -> list[Decision
 
 
 _BY_TURN = attrgetter("enqueued_s", "request_id")
+_INT64_MAX = int(np.iinfo(np.int64).max)
+_NUM_BLOCKS, _BLOCKS_NEEDED = attrgetter("num_blocks"), attrgetter("blocks_needed")
 _SHORT = 32  # below this many requests a plain sort beats ordered()'s numpy passes
 
 
@@ -210,6 +254,47 @@ def _by_enqueue(requests: Sequence[RequestView]) -> list[RequestView]:
     if len(requests) < _SHORT:
         return ordered_plain(requests, "enqueued_s") if len(requests) > 1 else list(requests)
     return ordered(requests, "enqueued_s")
+
+
+def _all_fit(view: SchedulerView) -> bool:
+    """Whether every running request keeps its seat, in any order: they fit the seats and,
+    with no negative cost, the blocks together (:meth:`_Fill.running` for each, in turn)."""
+    running = view.running
+    if len(running) > view.max_num_seqs:
+        return False
+    held, needed = list(map(_NUM_BLOCKS, running)), list(map(_BLOCKS_NEEDED, running))
+    return sum(needed) <= view.free_blocks and min(held + needed, default=0) >= 0
+
+
+def _demoted(cols: QueueColumns, limit: int) -> np.ndarray | None:
+    """Per waiting request, whether its tokens (prompt + generated) pass ``limit``, from the
+    host's columns; None where int64 could overflow where Python's ints do not (a negative
+    count, or ``limit`` beyond int64): then the objects decide."""
+    prompt, output = cols.column("num_prompt_tokens"), cols.column("num_output_tokens")
+    if limit > _INT64_MAX or (len(prompt) and min(int(prompt.min()), int(output.min())) < 0):
+        return None
+    return prompt > limit - output  # limit - output: in int64 for 0 <= output, 0 <= limit
+
+
+def _walk_columns(
+    waiting: Sequence[RequestView], order: np.ndarray, demoted: np.ndarray
+) -> tuple[Iterator[RequestView], Iterator[RequestView]]:
+    """(high, low) waiting requests in ``order``, lazily: a request is low if ``demoted`` or
+    answering (its phase read when the walk reaches it; demoted ones skip the high walk)."""
+    answering = Phase.ANSWERING
+
+    def high() -> Iterator[RequestView]:
+        for r in map(waiting.__getitem__, chunked(order[~demoted[order]])):
+            if r.phase is not answering:
+                yield r
+
+    def low() -> Iterator[RequestView]:
+        for i, d in zip(chunked(order), chunked(demoted[order]), strict=True):
+            r = waiting[i]
+            if d or r.phase is answering:
+                yield r
+
+    return high(), low()
 
 
 def _paced(r: RequestView) -> tuple:

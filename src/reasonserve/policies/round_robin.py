@@ -1,6 +1,8 @@
 """Round-robin with a token quantum: a running request that has computed ``quantum``
 tokens since it was admitted yields its seat (preempted with ``mode``) while others
-wait; the waiting queue is served in the order requests (re-)entered it."""
+wait; the waiting queue is served in the order requests (re-)entered it (with the host's
+columns, ``SchedulerView.waiting_columns``, ordered by its enqueue-time column and read
+lazily until admission stops)."""
 
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ from reasonserve.core.errors import InvalidArgumentError
 from reasonserve.core.policy import QUIET_FOREVER
 from reasonserve.core.views import SchedulerView
 from reasonserve.policies._capacity import admit_in_order, growth
-from reasonserve.policies._order import ordered
+from reasonserve.policies._order import ordered, waiting_ordered
 
 __all__ = ["RoundRobinPolicy"]
 
@@ -32,10 +34,10 @@ class RoundRobinPolicy:
     def decide(self, view: SchedulerView) -> Sequence[Decision]:
         # Oldest turn first; the request that has used the most of its quantum yields first.
         running = ordered(view.running, "enqueued_s")
-        waiting = ordered(view.waiting, "enqueued_s")  # one numpy read of the field
+        waiting = waiting_ordered(view, "enqueued_s")  # read lazily, until admission stops
         decisions: list[Decision] = []
         free = view.free_blocks
-        if waiting:
+        if view.waiting:
             expired = [r for r in running if r.quantum_used >= self.quantum]
             for r in expired:
                 decisions.append(Preempt(r.request_id, self.mode))
