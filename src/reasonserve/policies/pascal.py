@@ -41,7 +41,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from operator import attrgetter
+from itertools import islice
+from operator import attrgetter, lt
 
 import numpy as np
 
@@ -245,14 +246,21 @@ def _fill_queues(view: SchedulerView, queues, mode: str | None) -> list[Decision
 _BY_TURN = attrgetter("enqueued_s", "request_id")
 _INT64_MAX = int(np.iinfo(np.int64).max)
 _NUM_BLOCKS, _BLOCKS_NEEDED = attrgetter("num_blocks"), attrgetter("blocks_needed")
+_ENQUEUED = attrgetter("enqueued_s")
 _SHORT = 32  # below this many requests a plain sort beats ordered()'s numpy passes
 
 
 def _by_enqueue(requests: Sequence[RequestView]) -> list[RequestView]:
     """``requests`` by (enqueue time, id): :func:`ordered`, whose definition is
-    :func:`ordered_plain` (the same order), taken directly for a short list."""
+    :func:`ordered_plain` (the same order), taken directly for a short list (as it is when
+    its times strictly increase: a NaN compares False, so never with one)."""
     if len(requests) < _SHORT:
-        return ordered_plain(requests, "enqueued_s") if len(requests) > 1 else list(requests)
+        if len(requests) < 2:
+            return list(requests)
+        times = list(map(_ENQUEUED, requests))
+        if all(map(lt, times, islice(times, 1, None))):
+            return list(requests)
+        return ordered_plain(requests, "enqueued_s")
     return ordered(requests, "enqueued_s")
 
 
