@@ -3,11 +3,14 @@ answering requests that have not exhausted their FIRST quantum (PASCAL §IV-B: f
 tokens than ``SimConfig.quantum_tokens``), whether they are running or waiting, not the
 ones "not yet run since (re-)admission"."""
 
+import dataclasses
+
 import pytest
 
 from reasonserve.core.errors import InvalidArgumentError
 from reasonserve.policies import FCFSPolicy
 from reasonserve.policies.pacer import TokenPacer
+from reasonserve.policies.router import InstanceLoad
 from reasonserve.sim import SimConfig, SimRequest
 from reasonserve.sim.instance import SimInstance
 
@@ -58,3 +61,13 @@ def test_a_preempted_request_past_its_first_quantum_is_not_fresh_and_one_within_
 def test_the_quantum_is_validated():
     with pytest.raises(InvalidArgumentError, match="quantum_tokens"):
         SimConfig(quantum_tokens=0)
+
+
+def test_an_unchecked_load_is_the_checked_one():
+    """The simulator builds its loads without the constructor's checks (its values are its
+    own counts); every field lands where the checked constructor puts it."""
+    values = ("3", 7, False, 2, 5, 11)
+    load = InstanceLoad.unchecked(*values)
+    assert load == InstanceLoad(*values) and dataclasses.astuple(load) == values
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        load.num_reasoning = 1  # type: ignore[misc]

@@ -21,13 +21,32 @@ from reasonserve.policies.pascal import PascalPolicy
 from reasonserve.policies.router import LeastKVRouter, PascalRouter
 from reasonserve.sim import SimConfig, SimRequest, load_lengths, poisson_workload, simulate
 from reasonserve.sim.programs import ProgramPlan, ProgramRuntime
+from reasonserve.sim.quiet import QuietRun
 
 DATA = pathlib.Path(__file__).resolve().parents[2] / "shared" / "data"
+
+
+class _IdleFCFS(FCFSPolicy):
+    """FCFS declaring ``quiet_without_waiting`` (it admits nothing with nothing waiting and
+    preempts only when the batch's growth does not fit)."""
+
+    quiet_without_waiting = True
+
+
+class _IdlePascal(PascalPolicy):
+    """PASCAL declaring ``quiet_without_waiting`` (its fill preempts only when the running
+    requests' growth does not fit, and admits only waiting requests)."""
+
+    quiet_without_waiting = True
+
+
 POLICIES = {
     "fcfs": FCFSPolicy,
     "round_robin": lambda: RoundRobinPolicy(quantum=9),
     "pascal": lambda: PascalPolicy(quantum=9, demote_threshold_tokens=70),
     "app_fifo": AppFIFOPolicy,  # no quiet_steps: stepped one decision at a time either way
+    "fcfs_idle": _IdleFCFS,  # decide skipped while nothing waits and the batch fits
+    "pascal_idle": lambda: _IdlePascal(quantum=9, demote_threshold_tokens=70),
 }
 ROUTERS = {
     "least_kv": LeastKVRouter(),
@@ -267,6 +286,42 @@ def test_a_policy_without_quiet_steps_is_asked_every_step():
     assert policy.calls == 41  # the prefill step (which also samples the first token), then 40 decodes
 
 
+def test_a_policy_quiet_without_waiting_is_not_asked_while_nothing_waits_and_the_batch_fits():
+    """Declared: asked for the admission only (stepped: every step, as any policy); not
+    declared: asked once per stretch as before; the results are the same."""
+    reqs = [SimRequest("a", 0.0, 40, 300, 100), SimRequest("b", 0.0, 40, 350, 50)]
+    cfg = SimConfig(num_instances=1, kv_capacity_tokens=4096, model="qwen2.5-7b")
+    calls, outcomes = {}, {}
+    for idle in (False, True):
+        for skip in (False, True):
+            policy = _Counting()
+            policy.quiet_without_waiting = idle
+            outcomes[idle, skip] = _outcome(
+                simulate(reqs, dataclasses.replace(cfg, skip_quiet_steps=skip), lambda p=policy: p)
+            )
+            calls[idle, skip] = policy.calls
+    assert calls[True, True] == 1 and calls[False, True] >= 4 and calls[True, False] == calls[False, False] > 400
+    assert len(set(map(repr, outcomes.values()))) == 1
+
+
+def test_a_policy_quiet_without_waiting_is_asked_when_the_batch_does_not_fit():
+    """Nothing waits, but the growth of the running batch does not fit its free blocks:
+    the host must ask (the policy preempts there); a stepped run agrees."""
+    reqs = [SimRequest(str(i), 0.0, 20, 60, 40) for i in range(3)]
+    cfg = SimConfig(num_instances=1, kv_capacity_tokens=160, block_size=4, model="qwen2.5-7b")
+    stepped, quiet = _both(reqs, cfg, _IdlePascal, LeastKVRouter())
+    assert quiet == stepped
+    assert any(seq[-3] > 0 for seq in quiet[0])  # preempted at least once
+
+
+@pytest.mark.parametrize("flag", [1, "yes", None])
+def test_a_bad_quiet_without_waiting_is_a_policy_error(flag):
+    policy = _Counting()
+    policy.quiet_without_waiting = flag
+    with pytest.raises(PolicyError, match="quiet_without_waiting"):
+        simulate([SimRequest("a", 0.0, 40, 30, 10)], SimConfig(num_instances=1, model="qwen2.5-7b"), lambda: policy)
+
+
 def test_a_bad_quiet_steps_answer_is_a_policy_error():
     class Bad(_Counting):
         def __init__(self) -> None:
@@ -298,5 +353,50 @@ def test_closed_form_decode_timing_is_bit_identical_only_when_claimed():
     assert cost.decode_iterations_exact(4, sum(contexts), 50)
     steps = [cost.step_s([(1, c + i) for c in contexts]) for i in range(50)]
     assert cost.decode_iterations_s(4, sum(contexts), 50) == steps  # exactly, not approximately
+    long = [cost.step_s([(1, c + i) for c in contexts]) for i in range(300)]  # numpy's path
+    assert cost.decode_iterations_s(4, sum(contexts), 300) == long
     odd = dataclasses.replace(cost, model=dataclasses.replace(cost.model, num_params=32.76e9 + 0.3))
     assert not odd.decode_iterations_exact(4, sum(contexts), 50)
+
+
+@pytest.mark.parametrize("start_s", [0.0, 1e-3, 0.0211, 3.7, 812.123456789])
+def test_a_stretch_stamps_its_steps_as_stepping_does(start_s):
+    """Each step event is at ``s + ((s + d) - s)`` after the one at ``s``; from a start past
+    its longest step a stretch takes the running sum of the durations (the same float by
+    Sterbenz's lemma: ``(s + d) - s`` is exact when ``s >= d``), before it the loop."""
+    durations = [0.0203 + 1e-4 * (i % 7) for i in range(90)]
+    run = QuietRun([], start_s, durations)
+    ends, times, now = [], [], start_s
+    for d in durations:
+        ends.append(now + d)
+        now = now + (ends[-1] - now)
+        times.append(now)
+    assert run.ends == ends and run.times == times
+
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.sampled_from([1, 4, 16]), st.lists(st.tuples(st.integers(0, 90), st.integers(-1, 2)), min_size=1,
+                                              max_size=6), st.integers(1, 120), st.integers(0, 40))  # fmt: skip
+def test_block_growth_in_closed_form_is_the_per_request_count(size, reqs, most, free):
+    """``_Growth``: the blocks k more iterations take (each request's token of iteration k
+    included) and the first k past ``free``, as a per-request count of the blocks beyond
+    those held; requests holding their next token's block and up to one more (closed
+    form), and holding fewer or more (the threshold list)."""
+    from reasonserve.sim.quiet import _Growth
+    from reasonserve.sim.sequence import SimSequence
+
+    seqs = []
+    for computed, slack in reqs:
+        s = SimSequence(SimRequest(str(len(seqs)), 0.0, 1, 1, 1), 0.0)
+        s.num_computed, s.num_blocks = computed, max(0, -(-(computed + 1) // size) + slack)
+        seqs.append(s)
+
+    def extra(k):
+        return sum(max(0, -(-(s.num_computed + k + 1) // size) - s.num_blocks) for s in seqs)
+
+    growth = _Growth(seqs, size, most)
+    assert [growth.at(k) for k in range(most)] == [extra(k) for k in range(most)]
+    over = next((k for k in range(most) if extra(k) > free), None)
+    first = growth.first_over(free)
+    assert first == over or (over is None and growth.thresholds is None and first >= most)

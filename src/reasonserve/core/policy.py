@@ -12,6 +12,16 @@ block boundaries, the free blocks shrinking by as much) and nothing else changes
 itself at any other change (an arrival, a finish, a phase change) and before a step
 whose running batch's growth does not fit the free blocks. Without the method: 1 (no
 step is skipped); a policy that keeps state between calls must not define it.
+
+Optional ``quiet_without_waiting: bool`` (a class attribute; default False): True
+declares that ``decide`` returns no decisions on every view whose waiting queue is empty
+and whose running requests all keep their seats with the blocks their pending tokens
+need (``len(running) <= max_num_seqs`` and their ``blocks_needed`` sum to at most
+``free_blocks``), whatever else the view holds (time, step, phases, quanta, pacer
+state), and that ``quiet_steps`` on such a view would be :data:`QUIET_FOREVER`. A host
+may then skip ``decide`` and ``quiet_steps`` at such steps (the simulator does; its
+stepped mode still asks every step). Without it every step is asked as before; a policy
+that keeps state between calls must not set it.
 """
 
 from __future__ import annotations
@@ -23,7 +33,14 @@ from reasonserve.core.decisions import Decision
 from reasonserve.core.errors import PolicyError
 from reasonserve.core.views import SchedulerView
 
-__all__ = ["QUIET_FOREVER", "SchedulingPolicy", "check_policy", "policy_name", "quiet_steps"]
+__all__ = [
+    "QUIET_FOREVER",
+    "SchedulingPolicy",
+    "check_policy",
+    "policy_name",
+    "quiet_steps",
+    "quiet_without_waiting",
+]
 
 QUIET_FOREVER = 2**62  # quiet_steps: no limit from the policy itself
 
@@ -60,3 +77,13 @@ def quiet_steps(policy: object, view: SchedulerView) -> int:
         name = policy_name(policy)
         raise PolicyError(f"policy {name!r}: quiet_steps must return an int >= 1, got {steps!r}")
     return steps
+
+
+def quiet_without_waiting(policy: object) -> bool:
+    """``policy.quiet_without_waiting``, or False when it has none; :class:`PolicyError`
+    unless a bool."""
+    flag = getattr(policy, "quiet_without_waiting", False)
+    if not isinstance(flag, bool):
+        name = policy_name(policy)
+        raise PolicyError(f"policy {name!r}: quiet_without_waiting must be a bool, got {flag!r}")
+    return flag

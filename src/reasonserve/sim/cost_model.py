@@ -19,11 +19,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
+
 from reasonserve.core.errors import InvalidArgumentError
 from reasonserve.sim.hardware import HardwareSpec
 from reasonserve.sim.model_spec import ModelSpec
 
 __all__ = ["RooflineCostModel"]
+
+_VECTOR_FROM = 64  # decode_iterations_s: from this many iterations numpy's fixed cost pays
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +77,12 @@ class RooflineCostModel:
         bandwidth = self.hardware.memory_bandwidth_bytes_s * self.bandwidth_efficiency
         weights, kv, overhead = m.weight_bytes, m.kv_bytes_per_token, self.step_overhead_s
         params, half = 2 * m.num_params * batch, batch / 2  # the same float operations as step_s
+        last = context_sum + iterations * batch  # no int64 overflow below: float64 ops round as Python's
+        if iterations >= _VECTOR_FROM and kv * (last + batch) + weights < 2**62:
+            context_np = context_sum + np.arange(iterations, dtype=np.int64) * batch
+            compute_np = (params + attn * (context_np + half)) / peak
+            memory_np = (kv * (context_np + batch) + weights) / bandwidth
+            return (np.where(compute_np >= memory_np, compute_np, memory_np) + overhead).tolist()
         out = []
         for i in range(iterations):
             context = context_sum + i * batch

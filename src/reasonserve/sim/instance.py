@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from reasonserve.core.errors import PolicyError
 from reasonserve.core.phase import Phase
-from reasonserve.core.policy import check_policy, policy_name
+from reasonserve.core.policy import check_policy, policy_name, quiet_without_waiting
 from reasonserve.core.views import RequestView, SchedulerView
 from reasonserve.policies.pacer import TokenPacer
 from reasonserve.policies.router import InstanceLoad
@@ -46,6 +46,22 @@ class SimInstance:
         self._waiting_views: dict[str, RequestView] = {}  # by request id, while it waits
         self.pacer = TokenPacer(config.tpot_slo_s)  # PASCAL's token pacer over each answer
         self._paced: dict[str, tuple[int, float | None]] = {}  # id -> (answer tokens read, paced until)
+        quiet = config.skip_quiet_steps and config.decode_steps_per_event == 1
+        self._idle_quiet = quiet and quiet_without_waiting(self.policy)  # see _batch_fits
+
+    def _batch_fits(self) -> bool:
+        """Every running request keeps its seat and gets the blocks its pending tokens need
+        (what a policy declaring ``quiet_without_waiting`` needs to decide nothing when
+        nothing waits; :func:`reasonserve.core.policy.quiet_without_waiting`)."""
+        running, size = self.running, self.block_size
+        if len(running) > self.config.max_num_seqs:
+            return False
+        need = 0
+        for s in running:
+            grow = -(-(s.req.prompt_tokens + s.num_output) // size) - s.num_blocks
+            if grow > 0:
+                need += grow
+        return need <= self.free_blocks
 
     def blocks_for(self, tokens: int) -> int:
         return -(-tokens // self.config.block_size)
@@ -69,18 +85,32 @@ class SimInstance:
             need, quantum = -(-(r.prompt_tokens + out) // size) - s.num_blocks, s.quantum_used
         else:
             need, quantum = -(-(s.num_computed if s.swapped else r.prompt_tokens + out) // size), 0
-        times, until = s.answer_times, None
-        if times:  # paced_until, inlined
-            rid = r.request_id
-            n, until = self._paced.get(rid, _UNPACED)
-            if len(times) > n:
-                until = self.pacer.released_until(times[n:], until)
-                self._paced[rid] = (len(times), until)
+        times = s.answer_times
         return _new_view(RequestView, (
             r.request_id, r.arrival_s, phase, r.prompt_tokens, s.num_computed, out, 0, s.num_blocks,
             need if need > 0 else 0, s.enqueued_s, quantum, reasoning + r.answer_tokens, r.program_id,
-            r.prefix_hashes, False, s.swapped, len(times), until,
+            r.prefix_hashes, False, s.swapped, len(times), self.paced_until(s) if times else None,
         ))  # fmt: skip
+
+    def _running_views(self) -> tuple[RequestView, ...]:
+        """:meth:`request_view` of every running request, in one loop."""
+        size, paced, pacer, views = self.block_size, self._paced, self.pacer, []
+        for s in self.running:
+            r, out, times, held = s.req, s.num_output, s.answer_times, s.num_blocks
+            rid, prompt, reasoning = r.request_id, r.prompt_tokens, r.reasoning_tokens
+            k, until = len(times), None
+            if k:  # paced_until, inlined
+                n, until = paced.get(rid, _UNPACED)
+                if k > n:
+                    until = pacer.released_until(times[n:], until)
+                    paced[rid] = (k, until)
+            need = -(-(prompt + out) // size) - held
+            views.append(_new_view(RequestView, (
+                rid, r.arrival_s, _PREFILL if out == 0 else _REASONING if out < reasoning else _ANSWERING,
+                prompt, s.num_computed, out, 0, held, need if need > 0 else 0, s.enqueued_s, s.quantum_used,
+                reasoning + r.answer_tokens, r.program_id, r.prefix_hashes, False, s.swapped, k, until,
+            )))  # fmt: skip
+        return tuple(views)
 
     def paced_until(self, s: SimSequence) -> float | None:
         """When the pacer has released ``s``'s answer tokens so far (carried forward)."""
@@ -104,7 +134,7 @@ class SimInstance:
     def view(self, now_s: float) -> SchedulerView:
         c = self.config
         return SchedulerView(now_s, tuple(map(self._waiting_view, self.waiting)),
-                             tuple(map(self.request_view, self.running)), self.free_blocks, c.block_size,
+                             self._running_views(), self.free_blocks, c.block_size,
                              c.max_num_seqs, self.total_blocks, c.max_num_batched_tokens, self.steps,
                              instance_id=self.instance_id)  # fmt: skip
 
@@ -125,7 +155,7 @@ class SimInstance:
             if s.answer_times and not behind:
                 behind = pacer.starving(self.paced_until(s), now_s)  # type: ignore[arg-type]
         used = self.total_blocks - self.free_blocks
-        return InstanceLoad(
+        return InstanceLoad.unchecked(
             self.instance_id, used + self.host_blocks, not behind, reasoning, fresh, self.free_blocks
         )
 
@@ -156,8 +186,11 @@ class SimInstance:
         """Finish the run in progress, then decide, apply and start the next run; returns
         when the next step is due (None when nothing ran and nothing costs time)."""
         self.finish_run(now_s)
-        view = self.view(now_s)
-        plan = check_plan(self.policy.decide(view), self, self.policy_name)
+        if self._idle_quiet and not self.waiting and self._batch_fits():
+            view, plan = None, SimPlan()  # the policy declared it decides nothing here
+        else:
+            view = self.view(now_s)
+            plan = check_plan(self.policy.decide(view), self, self.policy_name)
         extra_s = self._apply(plan, now_s)
         self.steps += 1
         work = self._hand_out(plan)
@@ -303,7 +336,10 @@ class SimInstance:
         size, free, budgets = self.config.block_size, self.free_blocks, plan.budgets
         budget, out = self.config.max_num_batched_tokens, []
         for s, left in queue:
-            n = min(left, budget, budgets.get(s.request_id, budget)) if budgets else min(left, budget)
+            n = left if left < budget else budget  # min(left, budget, its own budget)
+            if budgets:
+                own = budgets.get(s.request_id, budget)
+                n = n if n < own else own
             if n < 1:
                 continue
             grow = -(-(s.num_computed + n) // size) - s.num_blocks

@@ -75,8 +75,13 @@ def check_plan(decisions: Iterable, inst, name: str) -> SimPlan:
             raise bad(d, "migration is not simulated yet")
         else:
             raise bad(d, "is not a decision")
+    size = inst.config.block_size
+
+    def growth(s) -> int:  # max(0, inst.blocks_for(s.num_tokens) - s.num_blocks), without the calls
+        more = -(-(s.req.prompt_tokens + s.num_output) // size) - s.num_blocks
+        return more if more > 0 else 0
+
     check_capacity(plan, inst.running, max_num_seqs=inst.config.max_num_seqs, free_blocks=inst.free_blocks,
-                   released=lambda seqs: sum(s.num_blocks for s in seqs),
-                   growth=lambda s: max(0, inst.blocks_for(s.num_tokens) - s.num_blocks),
+                   released=lambda seqs: sum(s.num_blocks for s in seqs), growth=growth,
                    admission_blocks=inst.admission_blocks, bad=bad)  # fmt: skip
     return plan

@@ -20,6 +20,7 @@ Times replicate stepping's float arithmetic: an iteration that starts at ``s`` a
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
+from itertools import accumulate
 from typing import TYPE_CHECKING
 
 from reasonserve.core.policy import QUIET_FOREVER, quiet_steps
@@ -36,20 +37,25 @@ __all__ = ["QuietRun", "start_quiet"]
 Work = list[tuple[SimSequence, int]]
 
 
-def start_quiet(inst: SimInstance, view: SchedulerView, work: Work, now_s: float) -> QuietRun | None:
+def start_quiet(inst: SimInstance, view: SchedulerView | None, work: Work, now_s: float) -> QuietRun | None:
     """The steps from ``now_s`` on that need no decision, as one run, or None when there
     are fewer than two (or quiet stretches are off). Called after a step whose decision
-    was empty handed out ``work``."""
+    was empty handed out ``work``; ``view`` None: a step the policy was not asked about
+    (nothing waits, see :func:`reasonserve.core.policy.quiet_without_waiting`), quiet
+    until an event."""
     c = inst.config
     if not c.skip_quiet_steps or c.decode_steps_per_event > 1 or len(work) != len(inst.running):
         return None
     to_event = QUIET_FOREVER  # a finish or an end of thinking
     for s, _ in work:  # every running request; decodes only (or one-token prefill tails)
-        if s.req.prompt_tokens + s.num_output - s.num_computed != 1:
+        r, out = s.req, s.num_output
+        if r.prompt_tokens + out - s.num_computed != 1:
             return None
-        left = s.tokens_to_event()
+        left = r.reasoning_tokens - out  # SimSequence.tokens_to_event, inlined
+        if left <= 0:
+            left += r.answer_tokens
         to_event = left if left < to_event else to_event
-    limit = min(quiet_steps(inst.policy, view), to_event)
+    limit = min(QUIET_FOREVER if view is None else quiet_steps(inst.policy, view), to_event)
     if limit > 1:
         limit = _fitting_iterations(work, limit, c.block_size, inst.free_blocks)
     if limit < 2:
@@ -67,17 +73,44 @@ def _fitting_iterations(work: Work, limit: int, size: int, free: int) -> int:
     surely = free // len(work) * size  # in j more iterations a request takes <= ceil(j / size) blocks
     if surely >= limit - 1:
         return limit
+    first_over = _Growth([s for s, _ in work], size, limit).first_over(free)
+    return limit if first_over is None else min(limit, first_over)
 
-    def extra(j: int) -> int:  # blocks iterations 1..j take beyond those held now
-        return sum(max(0, -(-(s.num_computed + j + 1) // size) - s.num_blocks) for s, _ in work)
 
-    if extra(limit - 1) <= free:
-        return limit
-    lo, hi = surely, limit - 1  # extra(lo) fits, extra(hi) does not
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        lo, hi = (mid, hi) if extra(mid) <= free else (lo, mid)
-    return lo + 1
+class _Growth:
+    """The KV blocks a decoding batch takes in its next ``k`` iterations (each request's
+    token of iteration ``k`` included), ``k < most``. A request holding ``b`` blocks with
+    ``c`` tokens computed takes its m-th new block at iteration ``t + (m - 1) * size``,
+    ``t = b * size - c``. When every ``t`` is in [1, size] (its held blocks cover its next
+    token and no more than a block beyond) that is ``n * (k // size)`` plus the ``t`` up to
+    ``k % size``; otherwise every threshold below ``most``, sorted."""
+
+    __slots__ = ("n", "offsets", "size", "thresholds")
+
+    def __init__(self, running: list[SimSequence], size: int, most: int) -> None:
+        offsets = sorted([s.num_blocks * size - s.num_computed for s in running])
+        self.n, self.offsets, self.size, self.thresholds = len(offsets), offsets, size, None
+        if offsets and (offsets[0] < 1 or offsets[-1] > size):
+            thresholds: list[int] = []
+            for t in offsets:
+                thresholds += range(t, most, size)
+            thresholds.sort()
+            self.thresholds = thresholds
+
+    def at(self, k: int) -> int:
+        if self.thresholds is not None:
+            return bisect_right(self.thresholds, k)
+        q, r = divmod(k, self.size)
+        return self.n * q + bisect_right(self.offsets, r)
+
+    def first_over(self, free: int) -> int | None:
+        """The first ``k`` with ``at(k) > free`` (None: none below ``most``)."""
+        if self.thresholds is not None:
+            return max(0, self.thresholds[free]) if free < len(self.thresholds) else None
+        if not self.n:
+            return None
+        q, rem = divmod(free, self.n)  # n * q <= free; the (rem + 1)-th offset of block q + 1 passes it
+        return q * self.size + self.offsets[rem]
 
 
 def _decode_durations(inst: SimInstance, work: Work, iterations: int) -> list[float]:
@@ -95,6 +128,10 @@ class QuietRun:
 
     def __init__(self, work: Work, start_s: float, durations: list[float]) -> None:
         self.work, self.applied, self._summary = work, 0, None
+        if durations and start_s >= max(durations):  # (end - now) is exact (Sterbenz): now + it is end
+            self.ends = list(accumulate(durations, initial=start_s))[1:]
+            self.times = self.ends.copy()
+            return
         ends: list[float] = []
         times: list[float] = []
         now = start_s
@@ -167,35 +204,41 @@ class QuietRun:
         what is applied, so the instance is the stretch's own doing here. Between its first
         and its last iteration no request finishes or ends its thinking (the stretch stops at
         the first), so the phases hold, a running answering request stays fresh (``a_i``)
-        until its answer tokens reach the first quantum (:meth:`_LoadSummary.fresh_at`), and
-        the blocks grow at block boundaries (:meth:`_LoadSummary.growth`). A running
+        until its answer tokens reach the first quantum (``_LoadSummary.fresh_for``), and
+        the blocks grow at block boundaries (:class:`_Growth`). A running
         answering request's reader has its latest token, from iteration ``upto - 1``: it is
         not starving while ``now_s`` is within ``tpot`` of that token (else None: the full
         pass decides)."""
-        if upto <= self.applied or now_s >= self.ends[upto - 1] + pacer.tpot_s:
+        applied, tpot = self.applied, pacer.tpot_s
+        if upto <= applied or now_s >= self.ends[upto - 1] + tpot:
             return None
         summary = self._summary
-        if summary is None or summary.base != self.applied:
+        if summary is None or summary.base != applied:
             summary = self._summary = _LoadSummary(inst, self, pacer)
-        k = upto - self.applied
-        free = inst.free_blocks - summary.growth(k)
+        k = upto - applied
+        free = inst.free_blocks - summary.growth.at(k)
         until = summary.waiting_until
-        slo_ok = until is None or not pacer.starving(until, now_s)
+        slo_ok = until is None or not now_s >= until + tpot  # not pacer.starving(until, now_s)
         footprint = inst.total_blocks - free + inst.host_blocks
-        return InstanceLoad(inst.instance_id, footprint, slo_ok, summary.reasoning, summary.fresh_at(k), free)
+        fresh = summary.fresh + len(summary.fresh_for) - bisect_right(summary.fresh_for, k)  # a_i then
+        return InstanceLoad.unchecked(inst.instance_id, footprint, slo_ok, summary.reasoning, fresh, free)
 
 
 class _LoadSummary:
     """A stretch's load terms that hold from its next iteration to its last (see
-    :meth:`QuietRun.load_at`), taken when ``base`` iterations were applied."""
+    :meth:`QuietRun.load_at`), taken when ``base`` iterations were applied. After ``k``
+    more iterations, ``a_i`` is ``fresh`` (the waiting answering requests within their
+    first quantum) plus the running ones whose answer tokens have not reached it yet
+    (``fresh_for`` entries above ``k``), and the running requests have taken
+    ``growth.at(k)`` blocks (for the one after too, which is in progress then and holds
+    the block its token needs)."""
 
-    __slots__ = ("base", "fresh", "fresh_for", "reasoning", "thresholds", "waiting_until")
+    __slots__ = ("base", "fresh", "fresh_for", "growth", "reasoning", "waiting_until")
 
     def __init__(self, inst: SimInstance, run: QuietRun, pacer: TokenPacer) -> None:
         self.base = run.applied
         size, most, quantum = inst.config.block_size, len(run.times) - run.applied, inst.config.quantum_tokens
         reasoning = fresh = 0
-        thresholds: list[int] = []
         fresh_for: list[int] = []  # running answering requests: iterations until their first quantum is used
         for s in inst.running:  # exactly the stretch's requests (no decision changed them)
             answered = s.num_output - s.req.reasoning_tokens
@@ -203,8 +246,7 @@ class _LoadSummary:
                 reasoning += 1
             elif answered < quantum:
                 fresh_for.append(quantum - answered)
-            # its m-th new block: once c + k + 1 > (b + m - 1) * size, k iterations from now
-            thresholds += range(s.num_blocks * size - s.num_computed, most, size)
+        self.growth = _Growth(inst.running, size, most)
         waiting_until: float | None = None
         for s in inst.waiting:
             out = s.num_output
@@ -216,17 +258,6 @@ class _LoadSummary:
                 until = inst.paced_until(s)
                 if waiting_until is None or until < waiting_until:  # type: ignore[operator]
                     waiting_until = until
-        thresholds.sort()
         fresh_for.sort()
-        self.reasoning, self.fresh, self.thresholds = reasoning, fresh, thresholds
+        self.reasoning, self.fresh = reasoning, fresh
         self.fresh_for, self.waiting_until = fresh_for, waiting_until
-
-    def fresh_at(self, k: int) -> int:
-        """``a_i`` after ``k`` more iterations: the waiting answering requests within their
-        first quantum, and the running ones whose answer tokens have not reached it yet."""
-        return self.fresh + len(self.fresh_for) - bisect_right(self.fresh_for, k)
-
-    def growth(self, k: int) -> int:
-        """Blocks the running requests take in ``k`` more iterations (and the one after,
-        which is in progress then and holds the block its token needs)."""
-        return bisect_right(self.thresholds, k)
