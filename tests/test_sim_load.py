@@ -7,11 +7,13 @@ import dataclasses
 
 import pytest
 
+from reasonserve.core.decisions import Stop
 from reasonserve.core.errors import InvalidArgumentError
 from reasonserve.policies import FCFSPolicy
 from reasonserve.policies.pacer import TokenPacer
-from reasonserve.policies.router import InstanceLoad
-from reasonserve.sim import SimConfig, SimRequest
+from reasonserve.policies.pascal import PascalPolicy
+from reasonserve.policies.router import InstanceLoad, PascalRouter
+from reasonserve.sim import SimConfig, SimRequest, simulate
 from reasonserve.sim.instance import SimInstance
 
 CFG = SimConfig(num_instances=1, kv_capacity_tokens=1024, model="qwen2.5-7b", quantum_tokens=4,
@@ -71,3 +73,35 @@ def test_an_unchecked_load_is_the_checked_one():
     assert load == InstanceLoad(*values) and dataclasses.astuple(load) == values
     with pytest.raises(dataclasses.FrozenInstanceError):
         load.num_reasoning = 1  # type: ignore[misc]
+
+
+def test_the_waiting_queue_caches_follow_the_queue(monkeypatch):
+    """An instance keeps its waiting views and the waiting share of its load while the
+    queue holds; every arrival, admission, preemption, landing and stop must drop them.
+    Checked before every step of a run with all of those (a stale cache would be used the
+    same way stepped and exact, so the quiet-stretch comparisons could not see it)."""
+    checked = []
+    original = SimInstance.step
+
+    def step(self, now_s):
+        if self._waiting_tuple is not None:
+            assert self._waiting_tuple == tuple(map(self.request_view, self.waiting))
+        if self._waiting_load is not None:
+            cached, self._waiting_load = self._waiting_load, None
+            assert self.waiting_load() == cached
+            checked.append(len(self.waiting))
+        return original(self, now_s)
+
+    monkeypatch.setattr(SimInstance, "step", step)
+
+    class StopsSome(PascalPolicy):  # PASCAL, stopping each waiting request whose id ends in 7
+        def decide(self, view):
+            stops = [Stop(r.request_id) for r in view.waiting if r.request_id.endswith("7")]
+            return stops or super().decide(view)
+
+    reqs = [SimRequest(f"r{i:02d}", 0.05 * i, 12 + i % 5, 30 + 7 * (i % 4), 25 + 5 * (i % 3)) for i in range(40)]
+    cfg = SimConfig(num_instances=2, kv_capacity_tokens=320, block_size=4, model="qwen2.5-7b", quantum_tokens=8)
+    res = simulate(reqs, cfg, lambda: StopsSome(quantum=9, demote_threshold_tokens=70), PascalRouter(adaptive=False))
+    assert any(not m.on_gpu for m in res.migrations) and any(s.num_preemptions for s in res.sequences)
+    assert sum(s.finish_reason == "stop" for s in res.sequences) == 4
+    assert len(checked) > 50 and max(checked) >= 3

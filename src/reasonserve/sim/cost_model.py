@@ -84,11 +84,13 @@ class RooflineCostModel:
             memory_np = (kv * (context_np + batch) + weights) / bandwidth
             return (np.where(compute_np >= memory_np, compute_np, memory_np) + overhead).tolist()
         out = []
-        for i in range(iterations):
-            context = context_sum + i * batch
+        context, kv_read, kv_step = context_sum, kv * (context_sum + batch), kv * batch  # exact ints
+        for _ in range(iterations):
             compute = (params + attn * (context + half)) / peak
-            memory = (kv * (context + batch) + weights) / bandwidth
+            memory = (kv_read + weights) / bandwidth
             out.append((compute if compute >= memory else memory) + overhead)
+            context += batch
+            kv_read += kv_step
         return out
 
     def decode_iterations_exact(self, batch: int, context_sum: int, iterations: int) -> bool:

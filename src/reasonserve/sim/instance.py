@@ -44,6 +44,8 @@ class SimInstance:
         self.run: StepRun | QuietRun | None = None  # the run in progress (applied as time passes)
         self.steps = 0
         self._waiting_views: dict[str, RequestView] = {}  # by request id, while it waits
+        self._waiting_tuple: tuple[RequestView, ...] | None = None  # the queue's views while it holds
+        self._waiting_load: tuple[int, int, float | None] | None = None  # see waiting_load
         self.pacer = TokenPacer(config.tpot_slo_s)  # PASCAL's token pacer over each answer
         self._paced: dict[str, tuple[int, float | None]] = {}  # id -> (answer tokens read, paced until)
         quiet = config.skip_quiet_steps and config.decode_steps_per_event == 1
@@ -69,6 +71,7 @@ class SimInstance:
     def add(self, req: SimRequest, now_s: float) -> None:
         seq = SimSequence(req, now_s)
         self.waiting.append(seq)
+        self._waiting_changed()
         self.by_id[req.request_id] = seq
 
     @property
@@ -131,10 +134,39 @@ class SimInstance:
     def admission_blocks(self, s: SimSequence) -> int:
         return self.blocks_for(s.num_computed if s.swapped else s.num_tokens)
 
+    def _waiting_changed(self) -> None:
+        """The waiting queue gained or lost a request (its requests do not change while
+        they wait): drop what was cached of it."""
+        self._waiting_tuple = self._waiting_load = None
+
+    def waiting_load(self) -> tuple[int, int, float | None]:
+        """The waiting requests' share of :meth:`load`: prefill/reasoning requests, answering
+        requests within their first quantum, and the earliest pacer release among them
+        (None: none has an answer token); kept while the queue holds."""
+        cached = self._waiting_load
+        if cached is not None:
+            return cached
+        reasoning = fresh = 0
+        earliest: float | None = None
+        quantum = self.config.quantum_tokens
+        for s in self.waiting:
+            out, think = s.num_output, s.req.reasoning_tokens
+            if out == 0 or out < think:
+                reasoning += 1
+                continue
+            fresh += out - think < quantum
+            if s.answer_times:
+                until = self.paced_until(s)
+                if earliest is None or until < earliest:  # type: ignore[operator]
+                    earliest = until
+        cached = self._waiting_load = (reasoning, fresh, earliest)
+        return cached
+
     def view(self, now_s: float) -> SchedulerView:
-        c = self.config
-        return SchedulerView(now_s, tuple(map(self._waiting_view, self.waiting)),
-                             self._running_views(), self.free_blocks, c.block_size,
+        c, waiting = self.config, self._waiting_tuple
+        if waiting is None:
+            waiting = self._waiting_tuple = tuple(map(self._waiting_view, self.waiting))
+        return SchedulerView(now_s, waiting, self._running_views(), self.free_blocks, c.block_size,
                              c.max_num_seqs, self.total_blocks, c.max_num_batched_tokens, self.steps,
                              instance_id=self.instance_id)  # fmt: skip
 
@@ -144,8 +176,9 @@ class SimInstance:
         counts prefill/reasoning requests, ``a_i`` answering requests that have not
         exhausted their first quantum (fewer than ``config.quantum_tokens`` answer tokens,
         PASCAL §IV-B, Algorithm 2), running or waiting."""
-        behind, reasoning, fresh, quantum = False, 0, 0, self.config.quantum_tokens
-        for s in self.running + self.waiting:
+        reasoning, fresh, earliest = self.waiting_load()  # a waiting reader starves first at the earliest
+        behind, quantum = earliest is not None and pacer.starving(earliest, now_s), self.config.quantum_tokens
+        for s in self.running:
             out, think = s.num_output, s.req.reasoning_tokens
             if out == 0 or out < think:  # Phase.PREFILL or Phase.REASONING
                 reasoning += 1
@@ -302,6 +335,7 @@ class SimInstance:
         self.free_blocks -= blocks
         s.num_blocks, s.quantum_used, s.status = blocks, 0, "running"
         self.waiting.remove(s)
+        self._waiting_changed()
         del self._waiting_views[s.request_id]
         self.running.append(s)
         return cost
@@ -319,6 +353,7 @@ class SimInstance:
         s.num_preemptions += 1
         self.running.remove(s)
         self.waiting.append(s)
+        self._waiting_changed()
         return cost
 
     def _hand_out(self, plan: SimPlan) -> list[tuple[SimSequence, int]]:
@@ -401,6 +436,7 @@ class SimInstance:
         self.host_blocks += blocks
         s.num_blocks, s.status, s.swapped, s.enqueued_s = 0, "waiting", True, now_s
         self.waiting.append(s)
+        self._waiting_changed()
         return False
 
     def _finish(self, s: SimSequence, reason: str, now_s: float) -> None:
@@ -411,6 +447,7 @@ class SimInstance:
             if s.swapped:
                 self.host_blocks -= self.blocks_for(s.num_computed)
             self.waiting.remove(s)
+            self._waiting_changed()
             self._waiting_views.pop(s.request_id, None)
         s.num_blocks, s.status, s.finish_reason, s.finished_s = 0, "finished", reason, now_s
         del self.by_id[s.request_id]

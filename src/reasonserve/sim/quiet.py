@@ -238,7 +238,7 @@ class _LoadSummary:
     def __init__(self, inst: SimInstance, run: QuietRun, pacer: TokenPacer) -> None:
         self.base = run.applied
         size, most, quantum = inst.config.block_size, len(run.times) - run.applied, inst.config.quantum_tokens
-        reasoning = fresh = 0
+        reasoning = 0
         fresh_for: list[int] = []  # running answering requests: iterations until their first quantum is used
         for s in inst.running:  # exactly the stretch's requests (no decision changed them)
             answered = s.num_output - s.req.reasoning_tokens
@@ -247,17 +247,7 @@ class _LoadSummary:
             elif answered < quantum:
                 fresh_for.append(quantum - answered)
         self.growth = _Growth(inst.running, size, most)
-        waiting_until: float | None = None
-        for s in inst.waiting:
-            out = s.num_output
-            if out == 0 or out < s.req.reasoning_tokens:
-                reasoning += 1
-                continue
-            fresh += out - s.req.reasoning_tokens < quantum
-            if s.answer_times:
-                until = inst.paced_until(s)
-                if waiting_until is None or until < waiting_until:  # type: ignore[operator]
-                    waiting_until = until
+        waiting_reasoning, fresh, waiting_until = inst.waiting_load()
         fresh_for.sort()
-        self.reasoning, self.fresh = reasoning, fresh
+        self.reasoning, self.fresh = reasoning + waiting_reasoning, fresh
         self.fresh_for, self.waiting_until = fresh_for, waiting_until
