@@ -102,6 +102,8 @@ def test_the_simulator_hands_answer_tokens_and_pacing_to_the_policy():
     seen: list[RequestView] = []
 
     class Recording(PascalPolicy):
+        quiet_without_waiting = False  # asked with nothing waiting too: it sees the answering phase
+
         def decide(self, view):
             seen.extend(view.running)
             return super().decide(view)

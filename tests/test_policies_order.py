@@ -2,14 +2,16 @@
 make exactly the decisions of the plain definitions: a full sort of every live request
 by the policy's ranking, then :func:`decide_ranked`."""
 
+import dataclasses
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from reasonserve.core import Phase
 from reasonserve.core.decisions import Admit, Preempt
-from reasonserve.core.policy import QUIET_FOREVER
-from reasonserve.policies import RequestView, SchedulerView
+from reasonserve.core.policy import QUIET_FOREVER, quiet_without_waiting
+from reasonserve.policies import FCFSPolicy, RequestView, RoundRobinPolicy, SchedulerView
 from reasonserve.policies._ranked import decide_ranked
 from reasonserve.policies.app_fifo import AppFIFOPolicy
 from reasonserve.policies.dynasor import DynasorPolicy, DynasorState
@@ -104,6 +106,24 @@ def test_pascal_a_nan_turn_is_met_after_the_running_requests():
     )
     nan = RequestView("w0", 0.0, Phase.PREFILL, 8, 0, 0, blocks_needed=4, enqueued_s=float("nan"))
     assert list(PascalPolicy().decide(SchedulerView(0.0, (nan,), running, 2, 4, 16))) == []
+
+
+@settings(max_examples=300, deadline=None)
+@given(VIEWS)
+def test_declared_quiet_without_waiting_holds(view):
+    """FCFS, RR and PASCAL declare ``quiet_without_waiting``: with nothing waiting and the
+    running requests fitting the seats and (their growth) the free blocks, no decision and
+    no limit on the quiet steps, whatever the quanta, phases and pacer times."""
+    need = sum(r.blocks_needed for r in view.running)
+    view = dataclasses.replace(view, waiting=(), free_blocks=need + view.free_blocks % 3,
+                               max_num_seqs=max(view.max_num_seqs, len(view.running)))  # fmt: skip
+    for policy in (FCFSPolicy(), RoundRobinPolicy(quantum=3), PascalPolicy(quantum=3, demote_threshold_tokens=20),
+                   PascalPolicy(quantum=3, starving_first=TokenPacer(tpot_s=0.5))):  # fmt: skip
+        assert quiet_without_waiting(policy)
+        assert list(policy.decide(view)) == [] and policy.quiet_steps(view) == QUIET_FOREVER
+    tight = dataclasses.replace(view, free_blocks=need - 1)  # growth no longer fits: some preempt
+    if view.running and need > 0:
+        assert all(list(p.decide(tight)) for p in (FCFSPolicy(), PascalPolicy()))
 
 
 def _quiet_definition(policy, view):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import ClassVar
 
 from reasonserve.core.decisions import Decision, Preempt
 from reasonserve.core.policy import QUIET_FOREVER
@@ -22,6 +23,8 @@ __all__ = ["FCFSPolicy"]
 @dataclass(frozen=True, slots=True)
 class FCFSPolicy:
     name: str = "fcfs"
+    # nothing waiting and a growth that fits: no preemption, nothing to admit
+    quiet_without_waiting: ClassVar[bool] = True  # see reasonserve.core.policy
 
     def decide(self, view: SchedulerView) -> Sequence[Decision]:
         running = ordered(view.running, "arrival_s")

@@ -43,6 +43,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from itertools import islice
 from operator import attrgetter, lt
+from typing import ClassVar
 
 import numpy as np
 
@@ -74,6 +75,9 @@ class PascalPolicy:
     mode: str | None = "swap"
     name: str = "pascal"
     starving_first: TokenPacer | None = None  # beyond the paper: resume starving readers first
+    # nothing waiting and every running request fits (block counts >= 0, as hosts build them):
+    # the ranking orders only requests that all keep their seats
+    quiet_without_waiting: ClassVar[bool] = True  # see reasonserve.core.policy
 
     def __post_init__(self) -> None:
         _check_int("quantum", self.quantum, 1)

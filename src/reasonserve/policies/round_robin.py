@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import ClassVar
 
 from reasonserve.core.decisions import Decision, Preempt
 from reasonserve.core.errors import InvalidArgumentError
@@ -24,6 +25,8 @@ class RoundRobinPolicy:
     quantum: int = 64
     mode: str | None = "swap"  # keep the KV of a request that yields; None: the host's mode
     name: str = "round_robin"
+    # nothing waiting: no quantum expires into a turn change; a growth that fits: no preemption
+    quiet_without_waiting: ClassVar[bool] = True  # see reasonserve.core.policy
 
     def __post_init__(self) -> None:
         if not isinstance(self.quantum, int) or isinstance(self.quantum, bool) or self.quantum < 1:
