@@ -16,6 +16,7 @@ from reasonserve.core.columns import QueueColumns
 from reasonserve.core.decisions import Order, Preempt
 from reasonserve.policies import RequestView, SchedulerView, _ranked
 from reasonserve.policies import _order as order_mod
+from reasonserve.policies import _programs as programs_mod
 from reasonserve.policies import flashtts_prefix as prefix_mod
 from reasonserve.policies import lpm as lpm_mod
 from reasonserve.policies._order import argsort_lazily, lex_order, ranked_lazily
@@ -459,3 +460,133 @@ def test_ordered_takes_each_branch(monkeypatch, keys, branch):
     assert taken[-1:] == ([] if branch == "as_is" else [branch])
     if got is not None:
         assert got == sorted(reqs, key=lambda r: (r.arrival_s, r.request_id))
+
+
+# --- shuffled queues: program grouping, LPM's chunked ranking, FlashTTS's arrival order ------
+
+
+def _argsort_spy(monkeypatch) -> list:
+    """Record the dtype of every array ``np.argsort`` sorts (numpy's own, patched for the test)."""
+    calls, real = [], np.argsort
+
+    def spy(a, *args, **kwargs):
+        calls.append(np.asarray(a).dtype)
+        return real(a, *args, **kwargs)
+
+    monkeypatch.setattr(np, "argsort", spy)
+    return calls
+
+
+@pytest.mark.parametrize(
+    ("codes", "num_codes", "radix_codes", "sorted_as"),
+    [
+        ([0, 0, 1, 2, 2], 3, 2**16, None),  # in order: no sort
+        ([3, 4, 0, 0, 1, 1, 2, 2] * 1 + list(range(5, 130)), 130, 2**16, np.intp),  # few runs: numpy's
+        ([2, 0, 1, 0, 2, 1, 0, 2], 3, 2**16, np.uint16),  # scattered: radix
+        ([2, 0, 1, 0, 2, 1, 0, 2], 3, 2, np.intp),  # more codes than 16 bits hold
+    ],
+    ids=["in-order", "few-runs", "radix", "too-many-codes"],
+)
+def test_program_grouping_takes_each_sort_and_equals_a_stable_argsort(
+    monkeypatch, codes, num_codes, radix_codes, sorted_as
+):
+    codes = np.array(codes, np.intp)
+    want = np.argsort(codes, kind="stable")
+    monkeypatch.setattr(programs_mod, "_RADIX_CODES", radix_codes)
+    calls = _argsort_spy(monkeypatch)
+    assert np.array_equal(programs_mod._grouped(codes, num_codes), want)
+    assert calls == ([] if sorted_as is None else [np.dtype(sorted_as)])
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(0, 9), max_size=80), st.sampled_from([1, 4, 64]))
+def test_program_grouping_equals_a_stable_argsort(codes, few_runs):
+    codes = np.array(codes, np.intp)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(programs_mod, "_FEW_RUNS", few_runs)
+        got = programs_mod._grouped(codes, 10)
+    assert np.array_equal(got, np.argsort(codes, kind="stable"))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 5), st.sampled_from([0.0, -0.0, 1.5, -2.0, np.inf, np.nan])),
+                max_size=40))  # fmt: skip
+def test_min_per_code_equals_the_definition(pairs):
+    codes = np.array([c for c, _ in pairs], np.intp)
+    values = np.array([v for _, v in pairs], np.float64)
+    got = programs_mod._min_per_code(codes, values, 6)
+    for c in range(6):
+        mine = values[codes == c]
+        want = np.inf if not len(mine) else np.nan if np.isnan(mine).any() else mine.min()
+        assert got[c] == want or (np.isnan(want) and np.isnan(got[c]))
+
+
+def test_joined_indexes_as_the_concatenation():
+    first, second = ("a", "b"), ("c", "d", "e")
+    joined, both = programs_mod._Joined(first, second), first + second
+    assert len(joined) == 5 and list(joined) == list(both)
+    assert [joined[i] for i in range(-5, 5)] == [both[i] for i in range(-5, 5)]
+    for i in (5, -6):
+        with pytest.raises(IndexError):
+            joined[i]
+
+
+MATCHED = st.tuples(st.integers(0, 3), st.sampled_from([0.0, -0.0, 1.0, 2.5, 7.0, np.inf, -np.inf]))
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(MATCHED, max_size=60), st.sampled_from([1, 2, 64]), st.booleans(), st.randoms())
+def test_lpm_ranking_equals_the_full_lexsort(pairs, first, nan, rng):
+    """LPM's chunked ranking (``FIRST`` small: several chunks, ties across their bounds) is
+    :func:`ranked_lazily` of (-match, arrival, id), NaN arrivals included (its fallback)."""
+    ids = [f"w{i}" for i in range(len(pairs))]
+    rng.shuffle(ids)
+    reqs = [RequestView(rid, a, Phase.PREFILL, 1, 0, 0) for rid, (_, a) in zip(ids, pairs, strict=True)]
+    if nan and reqs:
+        reqs[0] = reqs[0]._replace(arrival_s=float("nan"))
+    matches = np.array([m for m, _ in pairs], np.intp)
+    arrival = np.array([r.arrival_s for r in reqs], np.float64)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(lpm_mod, "FIRST", first)
+        got = list(lpm_mod.ranked_by_match(reqs, matches, arrival))
+    assert got == list(ranked_lazily(reqs, (-matches, arrival)))
+
+
+@pytest.mark.parametrize("nan", [False, True])
+def test_lpm_ranking_chunks_unless_an_arrival_is_nan(monkeypatch, nan):
+    reqs = [RequestView(f"w{i:02d}", float(i % 5), Phase.PREFILL, 1, 0, 0) for i in range(40)]
+    if nan:
+        reqs[3] = reqs[3]._replace(arrival_s=float("nan"))
+    arrival = np.array([r.arrival_s for r in reqs])
+    matches = np.arange(40) % 2
+    monkeypatch.setattr(lpm_mod, "FIRST", 2)
+    fallback, selections = [], []
+    monkeypatch.setattr(lpm_mod, "ranked_lazily", lambda *a: fallback.append(1) or ranked_lazily(*a))
+    real_partition = np.partition
+    monkeypatch.setattr(np, "partition", lambda *a, **k: selections.append(1) or real_partition(*a, **k))
+    got = list(lpm_mod.ranked_by_match(reqs, matches, arrival))
+    assert got == list(ranked_lazily(reqs, (-matches, arrival)))
+    assert (fallback, bool(selections)) == (([1], False) if nan else ([], True))
+
+
+@pytest.mark.parametrize("arrivals", ["in-order", "distinct", "ties", "nan"])
+def test_flashtts_arrival_order_equals_the_lexsort(monkeypatch, arrivals):
+    """_greedy takes the paths by (arrival, id) from column_order (no sort, one numpy sort, or
+    ids on ties) and from lex_order on a NaN, equal to the lexsort it replaced."""
+    rng = random.Random(1)
+    times = {"in-order": [float(i) for i in range(30)], "distinct": rng.sample(range(1000), 30),
+             "ties": [float(i % 4) for i in range(30)], "nan": [float("nan") if i % 7 == 0 else float(i % 4)
+                                                                for i in range(30)]}[arrivals]  # fmt: skip
+    ids = [f"w{i}" for i in range(30)]
+    rng.shuffle(ids)
+    reqs = [RequestView(rid, float(t), Phase.PREFILL, 1, 0, 0, prefix_hashes=(i % 3, i % 5))
+            for i, (rid, t) in enumerate(zip(ids, times, strict=True))]  # fmt: skip
+    monkeypatch.setattr(prefix_mod, "SMALL", 0)
+    arrival = np.array([r.arrival_s for r in reqs])
+    taken = lex_order((arrival,), lambda: ids)
+    want = list(prefix_mod._path_order([r.prefix_hashes for r in reqs], taken, ints=True))
+    lexsorts = []
+    real = prefix_mod.lex_order
+    monkeypatch.setattr(prefix_mod, "lex_order", lambda *a: lexsorts.append(1) or real(*a))
+    assert list(prefix_mod._greedy(reqs)) == want
+    assert bool(lexsorts) == (arrivals == "nan")

@@ -5,6 +5,9 @@ keys): the host's columns of the waiting queue when it keeps them, else read off
 objects (neighbours compared in numpy, one dict entry per run of a program's requests).
 The running requests (a few hundred at most) are always read off the objects and their
 programs matched to the waiting queue's by key. Aggregates (earliest arrival, sums) are numpy.
+A shuffled queue costs no more object reads than a sorted one: the requests are indexed,
+never copied (a copy touches every view, in the queue's memory order), and the programs'
+members are grouped by a radix sort of their codes.
 """
 
 from __future__ import annotations
@@ -19,6 +22,9 @@ from reasonserve.core.views import RequestView, SchedulerView
 from reasonserve.policies._order import lex_order
 
 __all__ = ["Programs"]
+
+_RADIX_CODES = 2**16  # up to this many codes sort as uint16 (numpy's stable sort of them is a radix sort)
+_FEW_RUNS = 64  # codes in at most len/64 ordered runs: numpy's merge sort of runs beats the radix sort
 
 
 class Programs:
@@ -39,7 +45,7 @@ class Programs:
     def of_view(cls, view: SchedulerView) -> Programs:
         """``view.running + view.waiting`` grouped (running first)."""
         parts = (QueueColumns.from_requests(view.running), columns_of(view))
-        return cls(view.running + view.waiting, parts)
+        return cls(_Joined(view.running, view.waiting), parts)
 
     def column(self, name: str) -> np.ndarray:
         """A numeric column of ``requests`` (:data:`~reasonserve.core.columns.NUMERIC`)."""
@@ -58,10 +64,43 @@ class Programs:
 
     def members(self) -> tuple[np.ndarray, np.ndarray]:
         """(request indices grouped by program, each program's start offset in it)."""
-        grouped = np.argsort(self.codes, kind="stable")
+        grouped = _grouped(self.codes, len(self.keys))
         starts = np.zeros(len(self.keys) + 1, np.intp)
         np.cumsum(np.bincount(self.codes, minlength=len(self.keys)), out=starts[1:])
         return grouped, starts
+
+
+def _grouped(codes: np.ndarray, num_codes: int) -> np.ndarray:
+    """``np.argsort(codes, kind="stable")`` (codes in [0, num_codes)) by the cheapest equal
+    sort: none for codes already in order, numpy's own (a merge of runs) for codes in a few
+    ordered runs (the running requests' programs, then the waiting queue's in order),
+    else a radix sort when the codes fit in 16 bits (the stable sort of uint16)."""
+    descents = int(np.count_nonzero(codes[1:] < codes[:-1]))
+    if descents == 0:
+        return np.arange(len(codes))
+    if descents * _FEW_RUNS <= len(codes) or num_codes > _RADIX_CODES:
+        return np.argsort(codes, kind="stable")
+    return np.argsort(codes.astype(np.uint16), kind="stable")
+
+
+class _Joined(Sequence):
+    """``first + second`` without building it: indexing reads the two tuples (a long waiting
+    queue's views are not touched, which a copy does, each one's refcount, in memory order)."""
+
+    __slots__ = ("_first", "_second")
+
+    def __init__(self, first: Sequence, second: Sequence) -> None:
+        self._first, self._second = first, second
+
+    def __len__(self) -> int:
+        return len(self._first) + len(self._second)
+
+    def __getitem__(self, i: int) -> RequestView:
+        """Entry ``i`` (an int; negative from the end), as ``(first + second)[i]``."""
+        n = len(self._first)
+        if 0 <= i < n:
+            return self._first[i]
+        return self._second[i - n] if i >= n else (self._first + self._second)[i]
 
 
 def _merged(parts: Sequence[QueueColumns]) -> tuple[np.ndarray, list[str]]:
@@ -87,10 +126,8 @@ def _merged(parts: Sequence[QueueColumns]) -> tuple[np.ndarray, list[str]]:
 
 
 def _min_per_code(codes: np.ndarray, values: np.ndarray, num_codes: int) -> np.ndarray:
-    """Per code, the least of ``values`` (inf for none): a minimum per run of equal
-    neighbours (a program's requests usually come together), then per code."""
+    """Per code, the least of ``values`` (inf for none; NaN if any of its values is): one
+    unbuffered ``np.minimum.at`` (whatever the order of the codes)."""
     out = np.full(num_codes, np.inf)
-    if len(codes):
-        starts = np.flatnonzero(np.concatenate(([True], codes[1:] != codes[:-1])))
-        np.minimum.at(out, codes[starts], np.minimum.reduceat(values, starts))
+    np.minimum.at(out, codes, values)
     return out

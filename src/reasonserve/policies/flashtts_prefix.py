@@ -28,7 +28,7 @@ from reasonserve.core.columns import QueueColumns, columns_of
 from reasonserve.core.decisions import Decision, Order, Preempt
 from reasonserve.core.errors import InvalidArgumentError
 from reasonserve.core.views import RequestView, SchedulerView
-from reasonserve.policies._order import BY_ID, argsort_lazily, chunked, getter, lex_order
+from reasonserve.policies._order import BY_ID, argsort_lazily, chunked, column_order, getter, lex_order
 from reasonserve.policies._ranked import decide_running_first
 
 __all__ = ["PrefixAwarePolicy", "eviction_cost", "prefix_order"]
@@ -170,7 +170,10 @@ def _greedy(requests: Sequence[RequestView], columns: QueueColumns | None = None
     them when every one fits in the columns kept (int64 hashes), else off the objects."""
     host = columns is not None
     columns = QueueColumns.from_requests(requests) if columns is None else columns
-    by_arrival = lex_order((columns.column("arrival_s"),), lambda: list(map(BY_ID, requests)))
+    arrival = columns.column("arrival_s")
+    by_arrival = column_order(arrival, requests)  # one numpy sort; the ids read only on ties
+    if by_arrival is None:  # a NaN arrival: last, NaNs among themselves by id
+        by_arrival = lex_order((arrival,), lambda: list(map(BY_ID, requests)))
     if host and len(requests) > SMALL and columns.prefix_heads is not None:
         lens, heads = columns.prefix_lens, columns.prefix_heads
         width = int(lens.max())

@@ -6,12 +6,14 @@ Cost on a long queue: with the host's columns (``SchedulerView.waiting_columns``
 first prefix hashes of each request as int64 columns) the match is found column by
 column in numpy (a binary search of the sorted cached hashes), the objects read only for
 a match longer than the columns; without them, a few C-level passes over the waiting
-requests (their hashes, each one's cached prefix, arrivals). Then one numpy sort; the
-requests are read in ranked order only until admission is blocked."""
+requests (their hashes, each one's cached prefix, arrivals). Then the ranking, read only
+until admission is blocked: match lengths longest first, each length's requests by
+arrival a growing chunk at a time (the smallest arrivals by a partial selection, O(n);
+the rest sorted only when read), so a shuffled queue costs no full sort."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from itertools import chain, compress, islice, takewhile
 from operator import itemgetter
@@ -24,7 +26,7 @@ from reasonserve.core.views import RequestView, SchedulerView
 from reasonserve.policies._order import getter, ordered, ranked_lazily
 from reasonserve.policies._ranked import decide_running_first
 
-__all__ = ["LPMPolicy", "cached_prefix_blocks", "cached_prefix_columns"]
+__all__ = ["LPMPolicy", "cached_prefix_blocks", "cached_prefix_columns", "ranked_by_match"]
 
 _HASHES = getter("prefix_hashes")
 
@@ -87,6 +89,44 @@ def cached_prefix_columns(
     return match
 
 
+def ranked_by_match(
+    requests: Sequence[RequestView], matches: np.ndarray, arrival: np.ndarray
+) -> Iterator[RequestView]:
+    """``ranked_lazily(requests, (-matches, arrival))`` (``matches``: ints >= 0), lazily: the
+    requests of each match length, longest first, in :func:`_smallest_first` order. With a
+    NaN arrival :func:`ranked_lazily` itself (NaNs last, equal to one another)."""
+    if bool(np.isnan(arrival).any()):
+        yield from ranked_lazily(requests, (-matches, arrival))
+        return
+    counts = np.bincount(matches)
+    for m in np.flatnonzero(counts)[::-1].tolist():
+        idx = np.arange(len(matches)) if counts[m] == len(matches) else np.flatnonzero(matches == m)
+        yield from map(requests.__getitem__, _smallest_first(arrival, idx, requests))
+
+
+FIRST = 64  # requests a ranking sorts first; each later chunk is 4 times the one before
+
+
+def _smallest_first(key: np.ndarray, idx: np.ndarray, requests: Sequence[RequestView]) -> Iterator[int]:
+    """``idx`` by ``(key[i], requests[i].request_id)`` (no NaN in ``key``), lazily, a chunk at a
+    time: the chunk's size-th smallest key by a partial selection, every index whose key is
+    at most that one (ties included) sorted; the rest only when read past it."""
+    rest, size = idx, FIRST
+    while len(rest):
+        k = key[rest]
+        if len(rest) > 4 * size:
+            take = k <= np.partition(k, size - 1)[size - 1]
+            head, rest, k = rest[take], rest[~take], k[take]
+        else:
+            head, rest = rest, rest[:0]
+        order = np.argsort(k, kind="stable")
+        head, k = head[order].tolist(), k[order]
+        if bool((k[1:] == k[:-1]).any()):  # equal keys: by request id
+            head.sort(key=lambda i: (key[i], requests[i].request_id))
+        yield from head
+        size *= 4
+
+
 @dataclass(frozen=True, slots=True)
 class LPMPolicy:
     name: str = "lpm"
@@ -99,5 +139,5 @@ class LPMPolicy:
         if matches is None:
             matches = cached_prefix_blocks(list(map(_HASHES, waiting)), cached)
         arrival = columns.column("arrival_s")
-        ranked = ranked_lazily(waiting, (-matches, arrival))  # longest match, then arrival, then id
+        ranked = ranked_by_match(waiting, matches, arrival)  # longest match, then arrival, then id
         return decide_running_first(view, ordered(view.running, "arrival_s"), ranked)
