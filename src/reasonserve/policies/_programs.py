@@ -87,20 +87,19 @@ class _Joined(Sequence):
     """``first + second`` without building it: indexing reads the two tuples (a long waiting
     queue's views are not touched, which a copy does, each one's refcount, in memory order)."""
 
-    __slots__ = ("_first", "_second")
+    __slots__ = ("_first", "_n", "_second")
 
     def __init__(self, first: Sequence, second: Sequence) -> None:
-        self._first, self._second = first, second
+        self._first, self._second, self._n = first, second, len(first)
 
     def __len__(self) -> int:
-        return len(self._first) + len(self._second)
+        return self._n + len(self._second)
 
     def __getitem__(self, i: int) -> RequestView:
         """Entry ``i`` (an int; negative from the end), as ``(first + second)[i]``."""
-        n = len(self._first)
-        if 0 <= i < n:
+        if 0 <= i < self._n:
             return self._first[i]
-        return self._second[i - n] if i >= n else (self._first + self._second)[i]
+        return self._second[i - self._n] if i >= 0 else (self._first + self._second)[i]
 
 
 def _merged(parts: Sequence[QueueColumns]) -> tuple[np.ndarray, list[str]]:
