@@ -116,6 +116,26 @@ def test_int_path_order_in_any_given_order_equals_the_plain_definition(small, pa
         assert list(got) == expected
 
 
+@settings(max_examples=200, deadline=None)
+@given(st.integers(1, 4).flatmap(lambda w: st.lists(st.lists(st.integers(0, 6), min_size=w, max_size=w)
+                                                   .map(tuple), min_size=1, max_size=12)))  # fmt: skip
+def test_prefix_order_of_paths_all_one_length_equals_the_plain_definition(paths):
+    """Paths all as long: the rank columns are the rows of the ranks (no gather), same order."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(prefix_mod, "SMALL", 0)
+        assert prefix_order(paths) == _plain_prefix_order(paths)
+        assert list(prefix_mod._path_order(paths, np.arange(len(paths)), ints=True)) == _plain_prefix_order(paths)
+    width, rank = len(paths[0]), np.arange(len(paths) * len(paths[0]))
+    columns = prefix_mod._rank_columns(np.full(len(paths), width), width, rank)
+    assert all(np.shares_memory(c, rank) for c in columns)  # the uniform branch was taken
+    ragged = prefix_mod._rank_columns(np.array([width] * (len(paths) - 1) + [width + 1]), width + 1,
+                                      np.arange(len(paths) * width + 1))  # fmt: skip
+    assert [c.tolist() for c in ragged] == [
+        [i * width + j if j < width else -1 for i in range(len(paths) - 1)] + [(len(paths) - 1) * width + j]
+        for j in range(width + 1)
+    ]
+
+
 @pytest.mark.parametrize(
     "paths",
     [

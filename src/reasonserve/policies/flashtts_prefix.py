@@ -70,19 +70,28 @@ def _ranked_paths(lens: np.ndarray, taken: np.ndarray, nodes: Sequence | np.ndar
         return argsort_lazily(pos)
     owner = np.repeat(pos, lens)
     rank = _int_ranks(nodes, owner) if isinstance(nodes, np.ndarray) else _ranks(nodes, owner)
-    offsets = np.cumsum(lens) - lens
-    columns = []  # column j: the rank of each path's j-th node, -1 past its end (sorts first)
-    for j in range(width):
-        col = np.full(n, -1, np.intp)
-        has = lens > j
-        col[has] = rank[offsets[has] + j]
-        columns.append(col)
+    columns = _rank_columns(lens, width, rank)
     if not _one_key_fits(n, width):
         return chunked(np.lexsort((pos, *reversed(columns))))
     key = np.zeros(n, np.int64)
     for col in columns:
         key = key * (n + 1) + (col + 1)
     return argsort_lazily(key * n + pos)  # distinct: pos is
+
+
+def _rank_columns(lens: np.ndarray, width: int, rank: np.ndarray) -> list[np.ndarray]:
+    """Column j: the rank of each path's j-th node, -1 past its end (sorts first); ``rank``
+    holds the paths' node ranks path after path. Paths all ``width`` long: ``rank``'s rows."""
+    n = len(lens)
+    if int(lens.min()) == width:
+        return list(rank.reshape(n, width).T)
+    offsets, columns = np.cumsum(lens) - lens, []
+    for j in range(width):
+        col = np.full(n, -1, np.intp)
+        has = lens > j
+        col[has] = rank[offsets[has] + j]
+        columns.append(col)
+    return columns
 
 
 def _plain_order(paths: Sequence[Sequence[Hashable]], taken: list[int]) -> list[int]:
