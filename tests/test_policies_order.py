@@ -9,9 +9,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from reasonserve.core import Phase
+from reasonserve.core.column_store import ColumnStore
 from reasonserve.core.decisions import Admit, Preempt
 from reasonserve.core.policy import QUIET_FOREVER, quiet_without_waiting
-from reasonserve.policies import FCFSPolicy, RequestView, RoundRobinPolicy, SchedulerView
+from reasonserve.policies import FCFSPolicy, RequestView, RoundRobinPolicy, SchedulerView, pascal
+from reasonserve.policies._order import waiting_ordered
 from reasonserve.policies._ranked import decide_ranked
 from reasonserve.policies.app_fifo import AppFIFOPolicy
 from reasonserve.policies.dynasor import DynasorPolicy, DynasorState
@@ -215,3 +217,57 @@ def _members(view):
     for r in view.running + view.waiting:
         out.setdefault(_program(r), []).append(r)
     return out
+
+
+# --- queues in turn order with tied times (the simulator's shape) ------------------------------
+
+SIM_TIMES = [-float("inf"), -1.0, -0.0, 0.0, 0.0, 1.0, 1.0, 2.5, float("inf")]  # -0.0 == 0.0: a tie
+
+
+def _in_turn_order(prefix: str, times: list, draw) -> tuple[RequestView, ...]:
+    """Requests whose (arrival and enqueue) times never decrease, ids out of that order: a
+    shortcut that takes a non-decreasing queue as it is puts tied ones out of id order."""
+    ids = draw(st.permutations(range(len(times))))
+    return tuple(
+        RequestView(
+            f"{prefix}{i:03d}", t, draw(st.sampled_from(list(Phase))), draw(st.integers(1, 64)), 0,
+            draw(st.integers(0, 80)), num_blocks=draw(st.integers(0, 6)) if prefix == "r" else 0,
+            blocks_needed=draw(st.integers(0, 2) if prefix == "r" else st.integers(0, 8)), enqueued_s=t,
+            quantum_used=draw(st.integers(0, 30)) if prefix == "r" else 0,
+            num_answer_tokens=draw(st.none() | st.integers(0, 40)), paced_until_s=draw(st.none() | TIMES),
+        )
+        for i, t in zip(ids, times, strict=True)
+    )  # fmt: skip
+
+
+@st.composite
+def turn_order_views(draw) -> SchedulerView:
+    times = st.lists(st.sampled_from(SIM_TIMES), max_size=70).map(sorted)  # stable: -0.0, 0.0 kept
+    waiting = _in_turn_order("w", draw(times), draw)
+    running = _in_turn_order("r", draw(st.lists(st.sampled_from(SIM_TIMES), max_size=40).map(sorted)), draw)
+    return SchedulerView(draw(st.sampled_from([0.0, 80.0])), waiting, running, draw(st.integers(0, 60)), 4,
+                         draw(st.integers(1, 48)))  # fmt: skip
+
+
+@settings(max_examples=200, deadline=None)
+@given(turn_order_views())
+def test_queues_in_turn_order_with_ties_keep_id_order(view):
+    """FCFS, RR and PASCAL on queues whose times never decrease, with and without the host's
+    columns: the waiting order is (time, id), running requests by turn likewise, and PASCAL
+    decides as its full-sort definition (threshold 60: exactly at it stays high)."""
+    store = ColumnStore()
+    for r in view.waiting:
+        store.append(r)
+    hosted = dataclasses.replace(view, waiting_columns=store.snapshot()[1])
+    for field in ("arrival_s", "enqueued_s"):
+        by_id = sorted(view.waiting, key=lambda r: (getattr(r, field), r.request_id))
+        assert list(waiting_ordered(hosted, field)) == list(waiting_ordered(view, field)) == by_id
+    by_turn = sorted(view.running, key=lambda r: (r.enqueued_s, r.request_id))
+    assert pascal._by_enqueue(view.running) == by_turn
+    for policy in (PascalPolicy(quantum=10, demote_threshold_tokens=60), PascalPolicy(quantum=5, mode=None)):
+        ranked = sorted(view.running + view.waiting, key=lambda r: policy.rank_key(r, r.request_id[0] == "r"))
+        expected = _decide_per_queue(view, ranked, policy.mode, policy.queue)
+        assert list(policy.decide(view)) == list(policy.decide(hosted)) == expected
+    for policy in (FCFSPolicy(), RoundRobinPolicy(quantum=10),
+                   PascalPolicy(quantum=10, demote_threshold_tokens=60, starving_first=TokenPacer(tpot_s=0.5))):  # fmt: skip
+        assert list(policy.decide(view)) == list(policy.decide(hosted))
