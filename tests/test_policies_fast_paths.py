@@ -419,6 +419,19 @@ def test_dynasor_equals_its_plain_definition(view, now):
     assert decisions == _plain_dynasor(view, 60.0, 20.0)
 
 
+@settings(max_examples=100, deadline=None)
+@given(VIEWS, NOW)
+def test_gang_policies_decide_the_same_on_a_joined_or_copied_queue(view, now):
+    """Programs.of_view joins running + waiting past ``_COPY_UP_TO`` waiting (0 here: always)."""
+    view = dataclasses.replace(view, now_s=now)
+    copied = (AppFIFOPolicy().decide(view), DynasorPolicy().decide(view))
+    assert isinstance(Programs.of_view(view).requests, tuple)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(programs_mod, "_COPY_UP_TO", -1)
+        assert isinstance(Programs.of_view(view).requests, programs_mod._Joined)
+        assert (AppFIFOPolicy().decide(view), DynasorPolicy().decide(view)) == copied
+
+
 def test_dynasor_history_counts_finished_requests_not_preempted_ones():
     policy, first = DynasorPolicy(), SchedulerView(0.0, (), (_run(1, "pa"),), 9, 4, 8)
     _, seen = policy.step(first, DynasorState())

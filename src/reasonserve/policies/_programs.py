@@ -5,9 +5,9 @@ keys): the host's columns of the waiting queue when it keeps them, else read off
 objects (neighbours compared in numpy, one dict entry per run of a program's requests).
 The running requests (a few hundred at most) are always read off the objects and their
 programs matched to the waiting queue's by key. Aggregates (earliest arrival, sums) are numpy.
-A shuffled queue costs no more object reads than a sorted one: the requests are indexed,
-never copied (a copy touches every view, in the queue's memory order), and the programs'
-members are grouped by a radix sort of their codes.
+A shuffled queue costs no more object reads than a sorted one: a long queue's requests are
+indexed, not copied (a copy touches every view, in the queue's memory order), and the
+programs' members are grouped by a radix sort of their codes.
 """
 
 from __future__ import annotations
@@ -24,6 +24,10 @@ from reasonserve.policies._order import lex_order
 __all__ = ["Programs"]
 
 _RADIX_CODES = 2**16  # up to this many codes sort as uint16 (numpy's stable sort of them is a radix sort)
+# a waiting queue up to this long is copied after the running requests (cheaper than the
+# Python-level indexing of a joined sequence: a decide indexes the running requests a few
+# times); a longer one is joined, not copied (a copy touches every view)
+_COPY_UP_TO = 2048
 _FEW_RUNS = 64  # codes in at most len/64 ordered runs: numpy's merge sort of runs beats the radix sort
 
 
@@ -45,6 +49,8 @@ class Programs:
     def of_view(cls, view: SchedulerView) -> Programs:
         """``view.running + view.waiting`` grouped (running first)."""
         parts = (QueueColumns.from_requests(view.running), columns_of(view))
+        if len(view.waiting) <= _COPY_UP_TO:
+            return cls(view.running + view.waiting, parts)
         return cls(_Joined(view.running, view.waiting), parts)
 
     def column(self, name: str) -> np.ndarray:
