@@ -26,18 +26,17 @@ from reasonserve.sim.quiet import QuietRun
 DATA = pathlib.Path(__file__).resolve().parents[2] / "shared" / "data"
 
 
-class _IdleFCFS(FCFSPolicy):
-    """FCFS declaring ``quiet_without_waiting`` (it admits nothing with nothing waiting and
-    preempts only when the batch's growth does not fit)."""
+class _AskingFCFS(FCFSPolicy):
+    """FCFS without its ``quiet_without_waiting`` declaration: asked at every change while
+    nothing waits, as before the declaration existed."""
 
-    quiet_without_waiting = True
+    quiet_without_waiting = False
 
 
-class _IdlePascal(PascalPolicy):
-    """PASCAL declaring ``quiet_without_waiting`` (its fill preempts only when the running
-    requests' growth does not fit, and admits only waiting requests)."""
+class _AskingPascal(PascalPolicy):
+    """PASCAL without its ``quiet_without_waiting`` declaration."""
 
-    quiet_without_waiting = True
+    quiet_without_waiting = False
 
 
 POLICIES = {
@@ -45,8 +44,8 @@ POLICIES = {
     "round_robin": lambda: RoundRobinPolicy(quantum=9),
     "pascal": lambda: PascalPolicy(quantum=9, demote_threshold_tokens=70),
     "app_fifo": AppFIFOPolicy,  # no quiet_steps: stepped one decision at a time either way
-    "fcfs_idle": _IdleFCFS,  # decide skipped while nothing waits and the batch fits
-    "pascal_idle": lambda: _IdlePascal(quantum=9, demote_threshold_tokens=70),
+    "fcfs_asking": _AskingFCFS,  # FCFS and PASCAL declare quiet_without_waiting: also without it
+    "pascal_asking": lambda: _AskingPascal(quantum=9, demote_threshold_tokens=70),
 }
 ROUTERS = {
     "least_kv": LeastKVRouter(),
@@ -309,7 +308,8 @@ def test_a_policy_quiet_without_waiting_is_asked_when_the_batch_does_not_fit():
     the host must ask (the policy preempts there); a stepped run agrees."""
     reqs = [SimRequest(str(i), 0.0, 20, 60, 40) for i in range(3)]
     cfg = SimConfig(num_instances=1, kv_capacity_tokens=160, block_size=4, model="qwen2.5-7b")
-    stepped, quiet = _both(reqs, cfg, _IdlePascal, LeastKVRouter())
+    assert PascalPolicy.quiet_without_waiting is True  # the declaration this test is about
+    stepped, quiet = _both(reqs, cfg, PascalPolicy, LeastKVRouter())
     assert quiet == stepped
     assert any(seq[-3] > 0 for seq in quiet[0])  # preempted at least once
 
