@@ -8,6 +8,7 @@ with reasoning programs that stop requests mid-stretch."""
 
 import dataclasses
 import pathlib
+import random
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -400,3 +401,53 @@ def test_block_growth_in_closed_form_is_the_per_request_count(size, reqs, most, 
     over = next((k for k in range(most) if extra(k) > free), None)
     first = growth.first_over(free)
     assert first == over or (over is None and growth.thresholds is None and first >= most)
+
+
+FRACTIONAL = {"bytes_per_param": 1.1}  # kv_bytes_per_token 31539.2...: not an integer
+
+
+def _decode_formula(cost, batch, context_sum, iterations):
+    """Each iteration's step time straight from its context sum (what 63aa80f computed)."""
+    m, hw = cost.model, cost.hardware
+    attn, kv = 4 * m.num_layers * m.hidden_size, m.kv_bytes_per_token
+    out = []
+    for i in range(iterations):
+        context = context_sum + i * batch
+        compute = (2 * m.num_params * batch + attn * (context + batch / 2)) / (hw.peak_flops * cost.compute_efficiency)
+        memory = (kv * (context + batch) + m.weight_bytes) / (hw.memory_bandwidth_bytes_s * cost.bandwidth_efficiency)
+        out.append((compute if compute >= memory else memory) + cost.step_overhead_s)
+    return out
+
+
+@pytest.mark.parametrize("num_params", [1e6, 5e7, 7.62e9])
+@pytest.mark.parametrize("iterations", [1, 16, 63, 64, 200])
+def test_decode_iterations_are_each_iterations_own_formula_with_a_fractional_kv(num_params, iterations):
+    """A running sum of a float ``kv * batch`` rounds away from ``kv * (context + batch)``
+    (the loop below numpy's threshold once kept one); coarse steps use these times unchecked."""
+    base = SimConfig(model="qwen2.5-7b").cost_model()
+    model = dataclasses.replace(base.model, num_params=num_params, **FRACTIONAL)
+    cost = dataclasses.replace(base, model=model)
+    for batch, context in [(1, 0), (3, 1000), (17, 123457), (64, 190001)]:
+        assert cost.decode_iterations_s(batch, context, iterations) == _decode_formula(cost, batch, context, iterations)
+
+
+def test_closed_form_decode_timing_is_not_claimed_exact_for_a_fractional_kv():
+    cost = SimConfig(model="qwen2.5-7b").cost_model()
+    odd = dataclasses.replace(cost, model=dataclasses.replace(cost.model, num_params=1e6, **FRACTIONAL))
+    assert cost.decode_iterations_exact(4, 7000, 50)
+    assert not odd.decode_iterations_exact(4, 7000, 50)  # step_s's per-sequence float sums round
+
+
+def test_quiet_stretches_change_no_result_with_a_fractional_kv(monkeypatch):
+    """A model whose KV bytes per token is not an integer: its stretches are stepped per
+    step (``decode_iterations_exact`` False), so exact == stepped bit for bit."""
+    from reasonserve.sim import model_spec
+
+    spec = dataclasses.replace(model_spec.MODELS["qwen2.5-7b"], name="odd-kv", num_params=1e6, **FRACTIONAL)
+    monkeypatch.setitem(model_spec.MODELS, "odd-kv", spec)
+    rng = random.Random(3)
+    reqs = [SimRequest(f"r{i}", i * 0.01, rng.randint(1, 3000), rng.randint(1, 900), rng.randint(1, 40))
+            for i in range(40)]  # fmt: skip
+    cfg = SimConfig(num_instances=1, model="odd-kv", kv_capacity_tokens=400_000, max_num_seqs=64)
+    stepped, quiet = _both(reqs, cfg, FCFSPolicy, None)
+    assert quiet == stepped

@@ -84,24 +84,25 @@ class RooflineCostModel:
             memory_np = (kv * (context_np + batch) + weights) / bandwidth
             return (np.where(compute_np >= memory_np, compute_np, memory_np) + overhead).tolist()
         out = []
-        context, kv_read, kv_step = context_sum, kv * (context_sum + batch), kv * batch  # exact ints
-        for _ in range(iterations):
+        context = context_sum
+        for _ in range(iterations):  # kv * (...) each time: a running sum of a float kv rounds differently
             compute = (params + attn * (context + half)) / peak
-            memory = (kv_read + weights) / bandwidth
+            memory = (kv * (context + batch) + weights) / bandwidth
             out.append((compute if compute >= memory else memory) + overhead)
             context += batch
-            kv_read += kv_step
         return out
 
     def decode_iterations_exact(self, batch: int, context_sum: int, iterations: int) -> bool:
         """True when :meth:`decode_iterations_s` equals :meth:`step_s` step after step bit
         for bit: every per-sequence term and partial sum is an integer below 2**53, so the
-        float sums are exact in any order (the presets' parameter counts are integers)."""
+        float sums are exact in any order (the presets' parameter counts and KV bytes per token
+        are integers; a fractional ``bytes_per_param`` can make them floats)."""
         m = self.model
         context = context_sum + iterations * batch
         flops = 2 * m.num_params * batch + 4 * m.num_layers * m.hidden_size * (context + batch)
-        integral = float(2 * m.num_params).is_integer()
-        return integral and flops < 2**53 and m.kv_bytes_per_token * (context + batch) < 2**53
+        kv, attn = m.kv_bytes_per_token, 4 * m.num_layers * m.hidden_size  # floats for a fractional byte
+        integral = all(float(x).is_integer() for x in (2 * m.num_params, kv, attn))
+        return integral and flops < 2**53 and kv * (context + batch) < 2**53
 
     def swap_s(self, num_tokens: int) -> float:
         """Copying ``num_tokens`` tokens of KV over the host link (one direction)."""
