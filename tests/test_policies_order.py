@@ -271,3 +271,34 @@ def test_queues_in_turn_order_with_ties_keep_id_order(view):
     for policy in (FCFSPolicy(), RoundRobinPolicy(quantum=10),
                    PascalPolicy(quantum=10, demote_threshold_tokens=60, starving_first=TokenPacer(tpot_s=0.5))):  # fmt: skip
         assert list(policy.decide(view)) == list(policy.decide(hosted))
+
+
+def _running(rid, phase, prompt, out, used, answered=None):
+    return RequestView(rid, 0.0, phase, prompt, prompt + out, out, num_blocks=2, quantum_used=used,
+                       num_answer_tokens=answered)  # fmt: skip
+
+
+_LOW_WAITING = RequestView("w0", 0.0, Phase.ANSWERING, 8, 0, 4, blocks_needed=1)
+_HIGH_WAITING = RequestView("w1", 0.0, Phase.PREFILL, 8, 0, 0, blocks_needed=1)
+
+
+@pytest.mark.parametrize(
+    ("running", "waiting", "steps"),
+    [
+        # demoted (prompt 50 + 56 output = 106 > 100: 6 past the threshold), 8 tokens since
+        # admitted: its quantum counts the 6 since it entered the low queue: 10 - 6 = 4 steps
+        (_running("r0", Phase.REASONING, 50, 56, 8), (_LOW_WAITING,), 4),
+        (_running("r0", Phase.REASONING, 50, 56, 8), (_HIGH_WAITING,), QUIET_FOREVER),  # low: no high limit
+        (_running("r0", Phase.REASONING, 120, 0, 8), (_LOW_WAITING,), 2),  # prompt already past: all 8 count
+        (_running("r0", Phase.ANSWERING, 8, 30, 9, answered=3), (_LOW_WAITING,), 7),  # 3 answer tokens
+        (_running("r0", Phase.ANSWERING, 8, 30, 10, answered=12), (_LOW_WAITING,), QUIET_FOREVER),  # expired
+        (_running("r0", Phase.REASONING, 50, 50, 0), (_LOW_WAITING,), 1),  # exactly at the threshold
+        (_running("r0", Phase.REASONING, 50, 45, 7), (_LOW_WAITING,), 6),  # passes it in 6 steps
+        (_running("r0", Phase.REASONING, 50, 45, 7), (_HIGH_WAITING,), 3),  # its quantum first
+    ],
+)
+def test_pascal_quiet_steps_per_branch(running, waiting, steps):
+    """quiet_steps on one running request per queue case (quantum 10, threshold 100)."""
+    policy = PascalPolicy(quantum=10, demote_threshold_tokens=100)
+    view = SchedulerView(0.0, waiting, (running,), 4, 4, 8)
+    assert policy.quiet_steps(view) == _quiet_definition(policy, view) == steps
