@@ -451,3 +451,27 @@ def test_quiet_stretches_change_no_result_with_a_fractional_kv(monkeypatch):
     cfg = SimConfig(num_instances=1, model="odd-kv", kv_capacity_tokens=400_000, max_num_seqs=64)
     stepped, quiet = _both(reqs, cfg, FCFSPolicy, None)
     assert quiet == stepped
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(1, 40), st.integers(0, 60), st.integers(0, 20)), max_size=7),
+       st.integers(1, 6), st.integers(0, 12), st.sampled_from([1, 4, 16]))  # fmt: skip
+def test_the_host_skips_decide_exactly_on_the_views_the_declaration_names(rows, seats, free, size):
+    """``quiet_without_waiting``'s contract (core.policy): nothing waits, ``len(running) <=
+    max_num_seqs`` and the running views' ``blocks_needed`` sum to at most ``free_blocks``.
+    The simulator's own check must be that condition on the view it would have built
+    (more seats taken than allowed included, which no run reaches)."""
+    from reasonserve.sim.instance import SimInstance
+    from reasonserve.sim.sequence import SimSequence
+
+    cfg = SimConfig(num_instances=1, model="qwen2.5-7b", block_size=size, max_num_seqs=seats)
+    inst = SimInstance("0", cfg, cfg.cost_model(), FCFSPolicy())
+    for i, (prompt, out, held) in enumerate(rows):
+        s = SimSequence(SimRequest(f"r{i}", 0.0, prompt, 30, 40), 0.0)
+        s.status, s.num_output, s.num_blocks = "running", out, held
+        s.num_computed = max(0, prompt + out - 1)
+        inst.running.append(s)
+    inst.free_blocks = free
+    view = inst.view(0.0)
+    named = len(view.running) <= view.max_num_seqs and sum(r.blocks_needed for r in view.running) <= free
+    assert inst._batch_fits() == named
