@@ -302,3 +302,30 @@ def test_pascal_quiet_steps_per_branch(running, waiting, steps):
     policy = PascalPolicy(quantum=10, demote_threshold_tokens=100)
     view = SchedulerView(0.0, waiting, (running,), 4, 4, 8)
     assert policy.quiet_steps(view) == _quiet_definition(policy, view) == steps
+
+
+class _CountedQueue(tuple):
+    """A waiting queue that counts the requests read off it by index."""
+
+    reads = 0
+
+    def __getitem__(self, i):
+        type(self).reads += 1
+        return super().__getitem__(i)
+
+
+@pytest.mark.parametrize("policy", [FCFSPolicy(), RoundRobinPolicy(quantum=10), PascalPolicy(quantum=10)],
+                         ids=["fcfs", "round_robin", "pascal"])  # fmt: skip
+def test_with_host_columns_the_queue_is_read_only_until_admission_stops(policy):
+    """2,000 waiting (every third answering), the head of each queue too big to fit: with
+    the host's columns the walk stops at the first chunk (64), not at the queue's end."""
+    store = ColumnStore()
+    for i in range(2000):
+        phase = Phase.ANSWERING if i % 3 == 2 else Phase.PREFILL
+        store.append(RequestView(f"w{i:04d}", i * 0.001, phase, 8, 0, 4 if i % 3 == 2 else 0,
+                                 blocks_needed=100, enqueued_s=i * 0.001))  # fmt: skip
+    waiting, columns = store.snapshot()
+    view = SchedulerView(0.0, _CountedQueue(waiting), (), 50, 4, 8, waiting_columns=columns)
+    _CountedQueue.reads = 0
+    assert list(policy.decide(view)) == []
+    assert 0 < _CountedQueue.reads <= 2 * 64
