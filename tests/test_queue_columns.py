@@ -489,3 +489,59 @@ def test_pascal_leaves_demotion_to_the_objects_where_int64_could_overflow(monkey
     expected = policy.decide(view)
     sorted_queues = _spy_object_sorts(monkeypatch)
     assert policy.decide(hosted) == expected and any(q is hosted.waiting for q in sorted_queues)
+
+
+# --- FlashTTS prefix order: host paths all of one length --------------------------------------
+
+
+def _spy_rank_sorts(monkeypatch) -> list:
+    """Record the sort kind of every node ranking (None: numpy's default sort)."""
+    kinds, real = [], flashtts_prefix._int_ranks
+    monkeypatch.setattr(flashtts_prefix, "_int_ranks", lambda f, o, kind=None: kinds.append(kind) or real(f, o, kind))
+    return kinds
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    st.integers(1, 4).flatmap(lambda w: st.lists(st.tuples(
+        st.sampled_from([0.0, 1.0, 2.0]),
+        st.lists(st.one_of(st.integers(0, 5), st.sampled_from([-(2**63), 2**63 - 1])), min_size=w, max_size=w)
+        .map(tuple)), min_size=1, max_size=30)),
+    st.booleans(),
+)  # fmt: skip
+def test_one_length_host_paths_rank_by_column_or_by_path_as_the_plain_order(monkeypatch, rows, grow):
+    """Host paths all as long: ranked column after column by the stable sort (few runs) or
+    path after path by the default sort (many runs); each branch forced by RUNS and shown
+    taken, both equal to the plain definition (the objects' order below SMALL)."""
+    if grow:  # node ids growing with arrival in each column: few runs, as a tree's ids
+        rows = [(t, tuple(k * 100 + 10 * j + h % 7 for j, h in enumerate(p))) for k, (t, p) in enumerate(rows)]
+    view = SchedulerView(0.0, tuple(_wait(i, t, hashes=p) for i, (t, p) in enumerate(rows)), (), 40, 4, 8)
+    expected = list(flashtts_prefix._greedy(view.waiting))  # n <= SMALL: the plain definition
+    hosted = _with_columns(view, 4)
+    monkeypatch.setattr(flashtts_prefix, "SMALL", 0)
+    kinds = _spy_rank_sorts(monkeypatch)
+    for runs, kind in ((10**9, "stable"), (0, None)):
+        monkeypatch.setattr(flashtts_prefix, "RUNS", runs)
+        kinds.clear()
+        assert list(flashtts_prefix._greedy(hosted.waiting, hosted.waiting_columns)) == expected
+        assert kinds == [kind]
+    monkeypatch.setattr(flashtts_prefix, "RUNS", 64)
+    assert PrefixAwarePolicy().decide(hosted) == PrefixAwarePolicy().decide(view)
+
+
+@pytest.mark.parametrize(("hashes", "kind"), [
+    (lambda i: (1, 2 + i // 64, 10_000 + i // 4), "stable"),  # the FlashTTS benchmark's beams: 3 runs
+    (lambda i: (i % 7, i % 13), None),  # the generic benchmark's: a run per 7 or 13 rows
+    (lambda i: (), "no sort"),  # no nodes at all: arrival order, nothing ranked
+])  # fmt: skip
+def test_one_length_host_paths_pick_the_sort_by_their_runs(monkeypatch, hashes, kind):
+    """With the default RUNS, past SMALL: the branch each queue takes, and the plain order."""
+    view = SchedulerView(0.0, tuple(_wait(i, float(i % 97), hashes=hashes(i)) for i in range(600)), (), 40, 4, 8)
+    assert len(view.waiting) > flashtts_prefix.SMALL
+    taken = sorted(range(600), key=lambda i: (view.waiting[i].arrival_s, view.waiting[i].request_id))
+    expected = flashtts_prefix._plain_order([r.prefix_hashes for r in view.waiting], taken)
+    hosted = _with_columns(view, 8)
+    kinds = _spy_rank_sorts(monkeypatch)
+    assert list(flashtts_prefix._greedy(hosted.waiting, hosted.waiting_columns)) == expected
+    assert kinds == ([] if kind == "no sort" else [kind])
+    assert PrefixAwarePolicy().decide(hosted) == PrefixAwarePolicy().decide(view)

@@ -62,15 +62,43 @@ def _path_order(paths: Sequence[Sequence[Hashable]], taken: np.ndarray, ints: bo
 def _ranked_paths(lens: np.ndarray, taken: np.ndarray, nodes: Sequence | np.ndarray) -> Iterator[int]:
     """:func:`_path_order`'s numpy part: ``lens[i]`` is path i's length, ``nodes`` the paths
     (a sequence of them, or every node of every path in one int64 array, path after path)."""
-    n = len(lens)
-    pos = np.empty(n, np.intp)  # path i is the pos[i]-th taken
-    pos[taken] = np.arange(n)
+    n, pos = len(lens), _positions(taken)
     width = int(lens.max()) if n else 0
     if width == 0:
         return argsort_lazily(pos)
     owner = np.repeat(pos, lens)
     rank = _int_ranks(nodes, owner) if isinstance(nodes, np.ndarray) else _ranks(nodes, owner)
-    columns = _rank_columns(lens, width, rank)
+    return _by_rank_columns(pos, _rank_columns(lens, width, rank))
+
+
+RUNS = 64  # up to this many non-decreasing runs, numpy's stable sort (a run merge) beats its default
+
+
+def _square_ranked_paths(heads: np.ndarray, taken: np.ndarray) -> Iterator[int]:
+    """:func:`_ranked_paths` of paths all ``heads.shape[1] >= 1`` long, row i path i's nodes
+    (int64). When the nodes column after column form at most :data:`RUNS` non-decreasing
+    runs (node ids growing with arrival do), they are ranked in that layout by the stable
+    sort's run merge (the rank columns are then the rows of the ranks); else path after
+    path by the default sort (fewer passes over few distinct or random nodes)."""
+    (n, width), pos = heads.shape, _positions(taken)
+    by_column = heads.T.ravel()
+    if np.count_nonzero(by_column[1:] < by_column[:-1]) < RUNS:
+        rank = _int_ranks(by_column, np.tile(pos, width), kind="stable")
+        return _by_rank_columns(pos, list(rank.reshape(width, n)))
+    rank = _int_ranks(heads.ravel(), np.repeat(pos, width))
+    return _by_rank_columns(pos, list(rank.reshape(n, width).T))
+
+
+def _positions(taken: np.ndarray) -> np.ndarray:
+    """``pos[i]``: path i is the ``pos[i]``-th taken."""
+    pos = np.empty(len(taken), np.intp)
+    pos[taken] = np.arange(len(taken))
+    return pos
+
+
+def _by_rank_columns(pos: np.ndarray, columns: list[np.ndarray]) -> Iterator[int]:
+    """Indices of the paths sorted by (their rank columns, then ``pos``), lazily."""
+    n, width = len(pos), len(columns)
     if not _one_key_fits(n, width):
         return chunked(np.lexsort((pos, *reversed(columns))))
     key = np.zeros(n, np.int64)
@@ -128,9 +156,9 @@ def _int_nodes(paths: Sequence[Sequence[Hashable]]) -> np.ndarray | None:
         return None
 
 
-def _int_ranks(flat: np.ndarray, owner: np.ndarray) -> np.ndarray:
-    """:func:`_ranks` of int64 nodes (``flat``) by one numpy sort."""
-    by_node = np.argsort(flat)
+def _int_ranks(flat: np.ndarray, owner: np.ndarray, kind: str | None = None) -> np.ndarray:
+    """:func:`_ranks` of int64 nodes (``flat``) by one numpy sort (of that ``kind``)."""
+    by_node = np.argsort(flat, kind=kind)
     node = flat[by_node]
     starts = np.flatnonzero(np.concatenate(([True], node[1:] != node[:-1])))
     least = np.minimum.reduceat(owner[by_node], starts)  # per distinct node
@@ -187,7 +215,8 @@ def _greedy(requests: Sequence[RequestView], columns: QueueColumns | None = None
         lens, heads = columns.prefix_lens, columns.prefix_heads
         width = int(lens.max())
         if width <= heads.shape[1]:
-            used = heads[:, :width]  # every node, path after path (one flattening when all are as long)
-            flat = used.ravel() if int(lens.min()) == width else used[np.arange(width) < lens[:, None]]
+            if int(lens.min()) == width > 0:
+                return _square_ranked_paths(heads[:, :width], by_arrival)
+            flat = heads[:, :width][np.arange(width) < lens[:, None]]  # every node, path after path
             return _ranked_paths(lens, by_arrival, flat)
     return _path_order(list(map(_HASHES, requests)), by_arrival, ints=True)
