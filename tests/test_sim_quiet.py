@@ -10,6 +10,7 @@ import dataclasses
 import pathlib
 import random
 
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -475,3 +476,18 @@ def test_the_host_skips_decide_exactly_on_the_views_the_declaration_names(rows, 
     view = inst.view(0.0)
     named = len(view.running) <= view.max_num_seqs and sum(r.blocks_needed for r in view.running) <= free
     assert inst._batch_fits() == named
+
+
+@pytest.mark.parametrize("iterations", [63, 64, 300])
+@pytest.mark.parametrize("context", [7000, 2**48])  # 2**48: kv * context overflows numpy's int64
+def test_decode_iterations_take_numpy_from_64_iterations_below_int64_overflow_only(monkeypatch, iterations,
+                                                                                   context):
+    """numpy's branch from 64 iterations gives each iteration's own formula; where the KV
+    bytes would overflow int64 the Python loop (exact ints) must give them instead."""
+    from reasonserve.sim import cost_model
+
+    cost = SimConfig(model="qwen2.5-7b").cost_model()
+    taken, arange = [], np.arange
+    monkeypatch.setattr(cost_model.np, "arange", lambda *a, **k: taken.append(a) or arange(*a, **k))
+    assert cost.decode_iterations_s(5, context, iterations) == _decode_formula(cost, 5, context, iterations)
+    assert bool(taken) == (iterations >= 64 and context < 2**40)
