@@ -5,6 +5,7 @@ gets typed errors; the engine's scheduler keeps its waiting queue's columns exac
 
 import dataclasses
 import random
+from unittest import mock
 
 import numpy as np
 import pytest
@@ -545,3 +546,34 @@ def test_one_length_host_paths_pick_the_sort_by_their_runs(monkeypatch, hashes, 
     assert list(flashtts_prefix._greedy(hosted.waiting, hosted.waiting_columns)) == expected
     assert kinds == ([] if kind == "no sort" else [kind])
     assert PrefixAwarePolicy().decide(hosted) == PrefixAwarePolicy().decide(view)
+
+
+@settings(max_examples=200, deadline=None)
+@given(turn_views(), st.sampled_from([0, 1, 5]))
+def test_pascal_column_walks_past_their_eager_head_read_phases_at_once_and_agree(view, eager):
+    """Past ``_EAGER`` candidates PASCAL's column walks read every phase in one pass: with a
+    small head (so generated queues reach that branch) both queues, in full, and the
+    decisions are those of the object path."""
+    hosted = _with_columns(view, 8)
+    with mock.patch.object(pascal, "_EAGER", eager):
+        for factory in (PascalPolicy, TURN_POLICIES["pascal"], TURN_POLICIES["pascal_starving_first"]):
+            assert factory().decide(view) == factory().decide(hosted)
+            plain, by_columns = factory()._split_waiting(view), factory()._split_waiting(hosted)
+            assert [list(q) for q in plain] == [list(q) for q in by_columns]
+
+
+@pytest.mark.parametrize("first", [Phase.PREFILL, Phase.ANSWERING])
+def test_pascal_finds_its_queue_behind_300_of_the_other(first):
+    """300 waiting requests of one queue that cannot fit, then 4 of the other queue that do:
+    only the walk past the eager head reaches them, and PASCAL admits them."""
+    other = Phase.ANSWERING if first is Phase.PREFILL else Phase.PREFILL
+    big = [RequestView(f"a{i:03d}", float(i), first, 8, 0, 0, blocks_needed=50, enqueued_s=float(i))
+           for i in range(300)]  # fmt: skip
+    small = [RequestView(f"b{i}", 300.0 + i, other, 8, 0, 0, blocks_needed=2, enqueued_s=300.0 + i)
+             for i in range(4)]  # fmt: skip
+    view = SchedulerView(0.0, tuple(big + small), (), 20, 16, 64)
+    hosted = _with_columns(view, 8)
+    assert len(view.waiting) > pascal._EAGER
+    decisions = PascalPolicy().decide(hosted)
+    assert decisions == PascalPolicy().decide(view)
+    assert [d.request_id for d in decisions] == [r.request_id for r in small]

@@ -41,8 +41,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from itertools import islice
-from operator import attrgetter, lt
+from itertools import islice, repeat
+from operator import attrgetter, is_, lt
 from typing import ClassVar
 
 import numpy as np
@@ -250,7 +250,8 @@ def _fill_queues(view: SchedulerView, queues, mode: str | None) -> list[Decision
 _BY_TURN = attrgetter("enqueued_s", "request_id")
 _INT64_MAX = int(np.iinfo(np.int64).max)
 _NUM_BLOCKS, _BLOCKS_NEEDED = attrgetter("num_blocks"), attrgetter("blocks_needed")
-_ENQUEUED = attrgetter("enqueued_s")
+_ENQUEUED, _PHASE = attrgetter("enqueued_s"), attrgetter("phase")
+_EAGER = 256  # waiting requests a column walk checks one by one before reading every phase
 _SHORT = 32  # below this many requests a plain sort beats ordered()'s numpy passes
 
 
@@ -292,19 +293,37 @@ def _walk_columns(
     waiting: Sequence[RequestView], order: np.ndarray, demoted: np.ndarray
 ) -> tuple[Iterator[RequestView], Iterator[RequestView]]:
     """(high, low) waiting requests in ``order``, lazily: a request is low if ``demoted`` or
-    answering (its phase read when the walk reaches it; demoted ones skip the high walk)."""
+    answering. Each walk reads the phase of a request when it reaches it for its first
+    ``_EAGER`` candidates, then every waiting request's phase in one C-level pass (a walk
+    that reaches that far usually finds few of its own: a queue of fresh arrivals has no
+    answering request for the low walk to yield)."""
     answering = Phase.ANSWERING
+    mask: list[np.ndarray] = []  # every waiting request's "answering", read once if needed
+
+    def answering_rows() -> np.ndarray:
+        if not mask:
+            phases = map(is_, map(_PHASE, waiting), repeat(answering))
+            mask.append(np.fromiter(phases, bool, len(waiting)))
+        return mask[0]
 
     def high() -> Iterator[RequestView]:
-        for r in map(waiting.__getitem__, chunked(order[~demoted[order]])):
+        rows = order[~demoted[order]]
+        for r in map(waiting.__getitem__, rows[:_EAGER].tolist()):
             if r.phase is not answering:
                 yield r
+        if len(rows) > _EAGER:
+            rest = rows[_EAGER:]
+            yield from map(waiting.__getitem__, chunked(rest[~answering_rows()[rest]]))
 
     def low() -> Iterator[RequestView]:
-        for i, d in zip(chunked(order), chunked(demoted[order]), strict=True):
+        head = order[:_EAGER]
+        for i, d in zip(head.tolist(), demoted[head].tolist(), strict=True):
             r = waiting[i]
             if d or r.phase is answering:
                 yield r
+        if len(order) > _EAGER:
+            rest = order[_EAGER:]
+            yield from map(waiting.__getitem__, chunked(rest[(demoted | answering_rows())[rest]]))
 
     return high(), low()
 
