@@ -18,7 +18,9 @@ declares that ``decide`` returns no decisions on every view whose waiting queue 
 and whose running requests all keep their seats with the blocks their pending tokens
 need (``len(running) <= max_num_seqs`` and their ``blocks_needed`` sum to at most
 ``free_blocks``), whatever else the view holds (time, step, phases, quanta, pacer
-state), and that ``quiet_steps`` on such a view would be :data:`QUIET_FOREVER`. A host
+state; block counts are the non-negative ones hosts build: with a negative
+``blocks_needed`` the sum can fit while one request alone does not, and PASCAL then
+preempts), and that ``quiet_steps`` on such a view would be :data:`QUIET_FOREVER`. A host
 may then skip ``decide`` and ``quiet_steps`` at such steps (the simulator does; its
 stepped mode still asks every step). Without it every step is asked as before; a policy
 that keeps state between calls must not set it.
