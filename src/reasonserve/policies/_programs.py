@@ -103,9 +103,13 @@ class _Joined(Sequence):
 
     def __getitem__(self, i: int) -> RequestView:
         """Entry ``i`` (an int; negative from the end), as ``(first + second)[i]``."""
-        if 0 <= i < self._n:
+        if i < 0:
+            i += len(self)
+            if i < 0:
+                raise IndexError("tuple index out of range")
+        if i < self._n:
             return self._first[i]
-        return self._second[i - self._n] if i >= 0 else (self._first + self._second)[i]
+        return self._second[i - self._n]  # past the end: the tuple's IndexError
 
 
 def _merged(parts: Sequence[QueueColumns]) -> tuple[np.ndarray, list[str]]:

@@ -97,21 +97,17 @@ class SimInstance:
 
     def _running_views(self) -> tuple[RequestView, ...]:
         """:meth:`request_view` of every running request, in one loop."""
-        size, paced, pacer, views = self.block_size, self._paced, self.pacer, []
+        size, paced_until, views = self.block_size, self.paced_until, []
         for s in self.running:
             r, out, times, held = s.req, s.num_output, s.answer_times, s.num_blocks
-            rid, prompt, reasoning = r.request_id, r.prompt_tokens, r.reasoning_tokens
-            k, until = len(times), None
-            if k:  # paced_until, inlined
-                n, until = paced.get(rid, _UNPACED)
-                if k > n:
-                    until = pacer.released_until(times[n:], until)
-                    paced[rid] = (k, until)
+            prompt, reasoning = r.prompt_tokens, r.reasoning_tokens
             need = -(-(prompt + out) // size) - held
+            phase = _PREFILL if out == 0 else _REASONING if out < reasoning else _ANSWERING
             views.append(_new_view(RequestView, (
-                rid, r.arrival_s, _PREFILL if out == 0 else _REASONING if out < reasoning else _ANSWERING,
+                r.request_id, r.arrival_s, phase,
                 prompt, s.num_computed, out, 0, held, need if need > 0 else 0, s.enqueued_s, s.quantum_used,
-                reasoning + r.answer_tokens, r.program_id, r.prefix_hashes, False, s.swapped, k, until,
+                reasoning + r.answer_tokens, r.program_id, r.prefix_hashes, False, s.swapped, len(times),
+                paced_until(s) if times else None,
             )))  # fmt: skip
         return tuple(views)
 
