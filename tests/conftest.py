@@ -10,6 +10,10 @@ from hypothesis import HealthCheck, settings
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
+# The suite runs the simulator's Python sources (some tests patch its internals);
+# tests/test_sim_compiled.py runs the simulator tests again on the compiled modules.
+os.environ.setdefault("REASONSERVE_PURE_PYTHON", "1")
+
 settings.register_profile(
     "default",
     deadline=None,
@@ -17,6 +21,12 @@ settings.register_profile(
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
+
+
+def pytest_report_header(config):
+    from reasonserve.sim import native, simulator  # noqa: F401  (imports the set)
+
+    return f"reasonserve.sim modules: {'compiled' if native.compiled() else 'sources'}"
 
 
 def pytest_collection_modifyitems(config, items):

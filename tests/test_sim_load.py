@@ -75,6 +75,7 @@ def test_an_unchecked_load_is_the_checked_one():
         load.num_reasoning = 1  # type: ignore[misc]
 
 
+@pytest.mark.sources_only
 def test_the_waiting_queue_caches_follow_the_queue(monkeypatch):
     """An instance keeps its waiting views and the waiting share of its load while the
     queue holds; every arrival, admission, preemption, landing and stop must drop them.

@@ -186,6 +186,7 @@ def test_routers_see_the_same_loads_with_quiet_stretches(name, work, router, tpo
     assert quiet == stepped
 
 
+@pytest.mark.sources_only
 @pytest.mark.skipif(not (DATA / "serving_traces").is_dir(), reason="needs the shared ServeGen trace")
 def test_routers_see_the_same_loads_in_the_pascal_setting_mostly_in_closed_form():
     table = load_lengths("servegen", DATA, seed=0)

@@ -127,7 +127,8 @@ class QuietRun:
     __slots__ = ("_summary", "applied", "ends", "times", "work")
 
     def __init__(self, work: Work, start_s: float, durations: list[float]) -> None:
-        self.work, self.applied, self._summary = work, 0, None
+        self.work, self.applied = work, 0
+        self._summary: _LoadSummary | None = None
         if durations and start_s >= max(durations):  # (end - now) is exact (Sterbenz): now + it is end
             self.ends = list(accumulate(durations, initial=start_s))[1:]
             self.times = self.ends.copy()

@@ -1,0 +1,91 @@
+"""Compile the simulator's per-step modules with mypyc, in place beside their sources.
+
+``make test`` / ``make demo`` run it; by hand: ``.venv/bin/python scripts/compile_sim.py``
+(``--clean`` removes what it built). Optional: when mypyc is missing or the build fails
+it says so in one line and exits 0, and the package runs the Python sources (the same
+code; ``reasonserve.sim.native`` picks). The modules and the manifest of their sources'
+digests come from ``src/reasonserve/sim/native.py``.
+"""
+
+from __future__ import annotations
+
+import importlib.machinery
+import importlib.util
+import json
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+SRC = ROOT / "src"
+SIM = SRC / "reasonserve" / "sim"
+GROUP = "reasonserve_sim"  # the shared library: src/reasonserve_sim__mypyc.*.so
+# mypy as mypyc needs it: the compiled modules checked, third-party packages not followed
+MYPY_CONFIG = """\
+[mypy]
+ignore_missing_imports = True
+follow_imports = silent
+
+[mypy-torch.*,numpy.*,scipy.*,matplotlib.*,transformers.*,triton.*]
+follow_imports = skip
+"""
+
+
+def _native():
+    spec = importlib.util.spec_from_file_location("_reasonserve_sim_native", SIM / "native.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def clean(native) -> None:
+    """Remove every extension module of the simulator package (also one of a module no
+    longer in the set), the shared library and the manifest."""
+    for suffix in importlib.machinery.EXTENSION_SUFFIXES:
+        for path in [*SIM.glob(f"*{suffix}"), *SRC.glob(f"{GROUP}__mypyc{suffix}")]:
+            path.unlink()
+    (SIM / native.MANIFEST).unlink(missing_ok=True)
+
+
+def build(native) -> None:
+    from mypyc.build import mypycify
+    from setuptools import setup
+
+    digests = native.digests(SIM)  # what is compiled, read before the build
+    with tempfile.TemporaryDirectory() as tmp:
+        config = Path(tmp) / "mypy.ini"
+        config.write_text(MYPY_CONFIG)
+        paths = [str(native.source_path(m, SIM).relative_to(SRC)) for m in native.MODULES]
+        here = os.getcwd()
+        os.chdir(SRC)  # mypyc names the modules from the paths and writes the shared library here
+        try:
+            extensions = mypycify(
+                ["--config-file", str(config), *paths], opt_level="3", group_name=GROUP,
+                target_dir=str(Path(tmp) / "c"),
+            )  # fmt: skip
+            args = ["build_ext", "--inplace", "--build-temp", f"{tmp}/o", "--build-lib", f"{tmp}/l"]
+            setup(name="reasonserve-sim-native", ext_modules=extensions, script_args=args)
+        finally:
+            os.chdir(here)
+    (SIM / native.MANIFEST).write_text(json.dumps({"python": sys.version, "digests": digests}, indent=1))
+
+
+def main(argv: list[str]) -> int:
+    native = _native()
+    clean(native)
+    if "--clean" in argv:
+        return 0
+    try:
+        build(native)
+    except (Exception, SystemExit) as err:  # no mypyc, a type error, no compiler: run the sources
+        clean(native)
+        print(f"reasonserve: simulator modules not compiled ({type(err).__name__}: {err}); "
+              "the Python sources run")  # fmt: skip
+        return 0
+    print(f"reasonserve: compiled {len(native.MODULES)} simulator modules ({GROUP})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

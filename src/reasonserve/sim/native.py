@@ -1,0 +1,116 @@
+"""The simulator's hot modules, compiled with mypyc when the build could (``make`` runs
+``scripts/compile_sim.py``), else their Python sources: the same code either way.
+
+The build writes each module's extension beside its source and a manifest of the
+sources' SHA-256 (``_native.json``). A compiled module loads only when every module of
+the set was built from the sources now on disk; otherwise (a source edited since the
+build, a partial build) or with ``REASONSERVE_PURE_PYTHON=1`` every module of the set
+loads from its source, through a finder placed ahead of the extension modules. A
+compiled set is used all or none: compiled modules call one another directly.
+
+Standalone (no imports from the package): the build script loads this file by path.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.abc
+import importlib.machinery
+import importlib.util
+import json
+import os
+import sys
+import warnings
+from collections.abc import Sequence
+from pathlib import Path
+
+__all__ = ["MODULES", "PURE_ENV", "compiled", "digests", "prefer_sources", "use_sources"]
+
+# the per-step path of simulate(): the event loop, instances, quiet stretches, plans, runs
+MODULES = (
+    "reasonserve.sim.instance",
+    "reasonserve.sim.plan",
+    "reasonserve.sim.quiet",
+    "reasonserve.sim.run",
+    "reasonserve.sim.sequence",
+    "reasonserve.sim.simulator",
+)
+PURE_ENV = "REASONSERVE_PURE_PYTHON"  # "1": load the sources even when compiled modules exist
+MANIFEST = "_native.json"
+_HERE = Path(__file__).resolve().parent
+
+
+def source_path(module: str, root: Path = _HERE) -> Path:
+    """The source file of ``module`` (one of :data:`MODULES`) in the package dir ``root``."""
+    return root / (module.rsplit(".", 1)[1] + ".py")
+
+
+def digests(root: Path = _HERE) -> dict[str, str]:
+    """SHA-256 of every module's source in ``root``."""
+    return {m: hashlib.sha256(source_path(m, root).read_bytes()).hexdigest() for m in MODULES}
+
+
+def _built(root: Path) -> dict[str, str] | None:
+    """The manifest's digests, or None when there is no complete build beside the sources."""
+    try:
+        manifest = json.loads((root / MANIFEST).read_text())
+    except (OSError, ValueError):
+        return None
+    suffixes = importlib.machinery.EXTENSION_SUFFIXES
+    for m in MODULES:
+        stem = m.rsplit(".", 1)[1]
+        if not any((root / (stem + s)).exists() for s in suffixes):
+            return None
+    built = manifest.get("digests") if isinstance(manifest, dict) else None
+    return built if isinstance(built, dict) else None
+
+
+def _extensions_present(root: Path) -> bool:
+    suffixes = importlib.machinery.EXTENSION_SUFFIXES
+    return any((root / (m.rsplit(".", 1)[1] + s)).exists() for m in MODULES for s in suffixes)
+
+
+class _Sources(importlib.abc.MetaPathFinder):
+    """Finds the modules of :data:`MODULES` as their ``.py`` sources in ``root``."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    def find_spec(self, fullname: str, path: Sequence[str] | None, target: object = None):
+        if fullname not in MODULES:
+            return None
+        return importlib.util.spec_from_file_location(fullname, source_path(fullname, self.root))
+
+
+def use_sources(root: Path = _HERE) -> None:
+    """Load the modules of :data:`MODULES` from their sources from now on (idempotent;
+    a module already imported stays as it is)."""
+    if not any(isinstance(f, _Sources) and f.root == root for f in sys.meta_path):
+        sys.meta_path.insert(0, _Sources(root))
+
+
+def prefer_sources(root: Path = _HERE) -> str:
+    """Decide, before any module of the set is imported, which implementation loads;
+    returns "compiled", "sources" (asked for, or nothing built) or "stale"."""
+    if not _extensions_present(root):
+        return "sources"
+    if os.environ.get(PURE_ENV) == "1":
+        use_sources(root)
+        return "sources"
+    built = _built(root)
+    if built is not None and built == digests(root):
+        return "compiled"
+    use_sources(root)
+    warnings.warn(
+        "reasonserve.sim: the compiled simulator modules do not match their sources (edited since "
+        "the build, or a partial build); running the Python sources. Rebuild: python scripts/compile_sim.py",
+        RuntimeWarning,
+        stacklevel=2,
+    )
+    return "stale"
+
+
+def compiled() -> bool:
+    """Whether the imported modules of the set are the compiled ones."""
+    loaded = [sys.modules[m] for m in MODULES if m in sys.modules]
+    return bool(loaded) and all(not str(getattr(m, "__file__", "")).endswith(".py") for m in loaded)

@@ -1,0 +1,139 @@
+"""The simulator's compiled modules (scripts/compile_sim.py, mypyc) against its sources.
+
+The rest of the suite runs the sources (tests/conftest.py). Here the simulator tests run
+again, in a child pytest, on the compiled modules; and whole simulations of the PASCAL
+setting's policies must come out identical, field by field, both ways. Under ``CI=true``
+the compiled build must be there (``make test`` builds it); elsewhere these skip without it."""
+
+from __future__ import annotations
+
+import importlib.machinery
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from reasonserve.sim import native
+
+ROOT = Path(__file__).resolve().parent.parent
+SIM_DIR = ROOT / "src" / "reasonserve" / "sim"
+SIM_TESTS = sorted(
+    str(p.relative_to(ROOT))
+    for p in (ROOT / "tests").glob("test_*.py")
+    if p.name != Path(__file__).name and "reasonserve.sim" in p.read_text()
+)
+
+
+def _built() -> bool:
+    return native._built(SIM_DIR) == native.digests(SIM_DIR)
+
+
+if not _built():
+    if os.environ.get("CI") == "true":
+        raise AssertionError("CI: the compiled simulator modules are missing or stale (make test builds them)")
+    pytest.skip("no compiled simulator modules match the sources (python scripts/compile_sim.py)",
+                allow_module_level=True)  # fmt: skip
+
+
+def _env(pure: bool) -> dict[str, str]:
+    return {**os.environ, native.PURE_ENV: "1" if pure else "0"}
+
+
+def test_the_simulator_tests_pass_on_the_compiled_modules():
+    assert len(SIM_TESTS) >= 10, SIM_TESTS
+    cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-m", "not sources_only", *SIM_TESTS]
+    proc = subprocess.run(cmd, cwd=ROOT, env=_env(pure=False), capture_output=True, text=True, timeout=1200)
+    assert "reasonserve.sim modules: compiled" in proc.stdout, proc.stdout[-3000:]
+    assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-2000:]
+    assert " passed" in proc.stdout and " failed" not in proc.stdout
+
+
+_RUN = textwrap.dedent("""
+    import json, sys
+    from reasonserve.core.decisions import Stop
+    from reasonserve.policies import FCFSPolicy, PascalPolicy, RoundRobinPolicy
+    from reasonserve.policies.router import LeastKVRouter, PascalRouter
+    from reasonserve.sim import SimConfig, SimRequest, native, simulate
+
+    class Stops(PascalPolicy):  # also stops waiting requests: the finish path
+        def decide(self, view):
+            return [Stop(r.request_id) for r in view.waiting if r.request_id.endswith("3")] or super().decide(view)
+
+    setups = {
+        "fcfs": (FCFSPolicy, LeastKVRouter()),
+        "rr": (lambda: RoundRobinPolicy(quantum=8, mode="swap"), LeastKVRouter()),
+        "pascal": (lambda: PascalPolicy(quantum=9, demote_threshold_tokens=70), PascalRouter()),
+        "pascal_fixed": (lambda: PascalPolicy(quantum=9, demote_threshold_tokens=70), PascalRouter(adaptive=False)),
+        "pascal_stops": (lambda: Stops(quantum=9, demote_threshold_tokens=70), PascalRouter()),
+    }
+    reqs = [SimRequest(f"r{i:03d}", 0.03 * i + 0.5 * (i % 7 == 0), 12 + i % 9, 20 + 11 * (i % 5), 15 + 7 * (i % 4))
+            for i in range(150)]
+    out = {}
+    for name, (factory, router) in setups.items():
+        for preemption, skip, k in (("swap", True, 1), ("recompute", True, 1), ("swap", False, 1), ("swap", True, 8)):
+            cfg = SimConfig(num_instances=3, kv_capacity_tokens=480, block_size=4, model="qwen2.5-7b",
+                            quantum_tokens=8, preemption=preemption, skip_quiet_steps=skip,
+                            decode_steps_per_event=k)
+            res = simulate(reqs, cfg, factory, router, check_every_step=True)
+            out[f"{name}/{preemption}/{skip}/{k}"] = [
+                repr(res.end_s), res.steps, sorted(res.placements.items()), [repr(m) for m in res.migrations],
+                [repr(s) for s in res.sequences],
+            ]
+    json.dump({"compiled": native.compiled(), "runs": out}, sys.stdout)
+""")
+
+
+def _runs(pure: bool) -> dict:
+    proc = subprocess.run([sys.executable, "-c", _RUN], cwd=ROOT, env=_env(pure), capture_output=True, text=True,
+                          timeout=600)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return json.loads(proc.stdout)
+
+
+def test_compiled_and_source_simulations_are_identical():
+    compiled, sources = _runs(pure=False), _runs(pure=True)
+    assert compiled["compiled"] is True and sources["compiled"] is False
+    assert compiled["runs"].keys() == sources["runs"].keys() and len(compiled["runs"]) == 20
+    for key, run in sources["runs"].items():
+        assert compiled["runs"][key] == run, key
+    pascal = sources["runs"]["pascal/swap/True/1"]
+    assert pascal[3] and any("num_preemptions=0" not in s for s in pascal[4])  # migrations and preemptions ran
+    assert any("finish_reason='stop'" in s for s in sources["runs"]["pascal_stops/swap/True/1"][4])
+
+
+def test_the_loader_picks_compiled_sources_or_stale(tmp_path, monkeypatch):
+    """Extensions that match the manifest load; an edited source, a broken manifest or the
+    environment switch load every module of the set from source (a finder ahead of the
+    extensions); no extension at all: the sources, without a finder."""
+    monkeypatch.setattr(sys, "meta_path", list(sys.meta_path))  # the finder goes into this copy
+    monkeypatch.delenv(native.PURE_ENV, raising=False)
+    pkg = tmp_path / "reasonserve" / "sim"
+    pkg.mkdir(parents=True)
+    for m in native.MODULES:
+        native.source_path(m, pkg).write_text("x = 1\n")
+    assert native.prefer_sources(pkg) == "sources" and not _finders(pkg)
+    for m in native.MODULES:
+        (pkg / (m.rsplit(".", 1)[1] + importlib.machinery.EXTENSION_SUFFIXES[0])).write_bytes(b"")
+    (pkg / native.MANIFEST).write_text(json.dumps({"digests": native.digests(pkg)}))
+    assert native.prefer_sources(pkg) == "compiled" and not _finders(pkg)
+    monkeypatch.setenv(native.PURE_ENV, "1")
+    assert native.prefer_sources(pkg) == "sources" and len(_finders(pkg)) == 1
+    monkeypatch.setattr(sys, "meta_path", [f for f in sys.meta_path if f not in _finders(pkg)])
+    monkeypatch.delenv(native.PURE_ENV)
+    native.source_path(native.MODULES[-1], pkg).write_text("x = 2\n")
+    with pytest.warns(RuntimeWarning, match="do not match their sources"):
+        assert native.prefer_sources(pkg) == "stale"
+    (finder,) = _finders(pkg)
+    spec = finder.find_spec(native.MODULES[-1], None)
+    assert spec.origin == str(native.source_path(native.MODULES[-1], pkg))
+    assert finder.find_spec("reasonserve.sim.config", None) is None  # not in the set: the usual finders
+    (pkg / native.MANIFEST).write_text("{not json")
+    assert native._built(pkg) is None
+
+
+def _finders(root: Path) -> list:
+    return [f for f in sys.meta_path if getattr(f, "root", None) == root]
