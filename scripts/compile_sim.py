@@ -61,7 +61,8 @@ def build(native) -> None:
         os.chdir(SRC)  # mypyc names the modules from the paths and writes the shared library here
         try:
             extensions = mypycify(
-                ["--config-file", str(config), *paths], opt_level="3", group_name=GROUP,
+                ["--config-file", str(config), "--cache-dir", str(ROOT / "build" / "mypy_cache"), *paths],
+                opt_level="3", group_name=GROUP,
                 target_dir=str(Path(tmp) / "c"),
             )  # fmt: skip
             args = ["build_ext", "--inplace", "--build-temp", f"{tmp}/o", "--build-lib", f"{tmp}/l"]

@@ -155,3 +155,39 @@ def test_poisson_workload_is_seeded_and_has_the_requested_rate():
     assert [r.program_id for r in progs] == ["p000000"] * 4 + ["p000001"] * 4 + ["p000002"] * 2
     with pytest.raises(InvalidArgumentError, match="rate_per_s"):
         poisson_workload(table, 0.0, 5, seed=0)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"request_id": 7}, "request_id must be a str"),
+        ({"prompt_tokens": 2.5}, "prompt_tokens must be an integer"),
+        ({"reasoning_tokens": True}, "reasoning_tokens must be an integer"),
+        ({"answer_tokens": "3"}, "answer_tokens must be an integer"),
+        ({"arrival_s": float("nan")}, "arrival_s must be a finite number"),
+        ({"arrival_s": float("inf")}, "arrival_s must be a finite number"),
+        ({"arrival_s": "1.0"}, "arrival_s must be a finite number"),
+        ({"program_id": 3}, "program_id must be a str or None"),
+        ({"prompt_tokens": 0}, "token counts"),
+    ],
+)
+def test_sim_requests_check_their_field_types(kwargs, match):
+    fields = {"request_id": "a", "arrival_s": 0.0, "prompt_tokens": 5, "reasoning_tokens": 3, "answer_tokens": 2}
+    with pytest.raises(InvalidArgumentError, match=match):
+        SimRequest(**{**fields, **kwargs})
+
+
+def test_sim_requests_store_built_in_types_and_simulate_as_such():
+    """Numpy counts become ints, an int arrival a float, a list of hashes a tuple: the
+    compiled simulator modules read the fields as those types."""
+    import numpy as np
+
+    odd = SimRequest("a", 1, np.int64(40), np.int32(30), np.int16(10), prefix_hashes=[3, 4])
+    assert type(odd.prompt_tokens) is int and type(odd.reasoning_tokens) is int and type(odd.answer_tokens) is int
+    assert type(odd.arrival_s) is float and odd.prefix_hashes == (3, 4)
+    plain = SimRequest("a", 1.0, 40, 30, 10, prefix_hashes=(3, 4))
+    assert odd == plain
+    config = SimConfig(num_instances=1, model="qwen2.5-7b")
+    assert simulate([odd], config, PascalPolicy).sequences[0].finished_s == simulate(
+        [plain], config, PascalPolicy
+    ).sequences[0].finished_s

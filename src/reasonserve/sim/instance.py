@@ -47,7 +47,8 @@ class SimInstance:
         self._waiting_tuple: tuple[RequestView, ...] | None = None  # the queue's views while it holds
         self._waiting_load: tuple[int, int, float | None] | None = None  # see waiting_load
         self.pacer = TokenPacer(config.tpot_slo_s)  # PASCAL's token pacer over each answer
-        self._paced: dict[str, tuple[int, float | None]] = {}  # id -> (answer tokens read, paced until)
+        # per request (by identity): (answer tokens read, when its reader will have read them)
+        self._paced: dict[SimSequence, tuple[int, float | None]] = {}
         quiet = config.skip_quiet_steps and config.decode_steps_per_event == 1
         self._idle_quiet = quiet and quiet_without_waiting(self.policy)  # see _batch_fits
 
@@ -114,10 +115,10 @@ class SimInstance:
     def paced_until(self, s: SimSequence) -> float | None:
         """When the pacer has released ``s``'s answer tokens so far (carried forward)."""
         times = s.answer_times
-        n, until = self._paced.get(s.request_id, _UNPACED)
+        n, until = self._paced.get(s, _UNPACED)
         if len(times) > n:
             until = self.pacer.released_until(times[n:], until)
-            self._paced[s.request_id] = (len(times), until)
+            self._paced[s] = (len(times), until)
         return until
 
     def _waiting_view(self, s: SimSequence) -> RequestView:

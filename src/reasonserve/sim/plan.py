@@ -7,7 +7,6 @@ nothing is applied)."""
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 
 from reasonserve.core.capacity import check_capacity
 from reasonserve.core.decisions import PREEMPT_MODES, Abort, Admit, Migrate, Order, Preempt, Stop, TokenBudget
@@ -16,13 +15,18 @@ from reasonserve.core.errors import PolicyError
 __all__ = ["SimPlan", "check_plan"]
 
 
-@dataclass
 class SimPlan:
-    admit: list = field(default_factory=list)
-    preempt: dict[str, str | None] = field(default_factory=dict)
-    finish: dict[str, str] = field(default_factory=dict)  # id -> "stop" | "abort"
-    order: tuple[str, ...] = ()
-    budgets: dict[str, int] = field(default_factory=dict)
+    """A step's checked decisions (a plain class: one is made per step, and a compiled
+    dataclass would still run the generated Python ``__init__``)."""
+
+    __slots__ = ("admit", "budgets", "finish", "order", "preempt")
+
+    def __init__(self) -> None:
+        self.admit: list = []
+        self.preempt: dict[str, str | None] = {}
+        self.finish: dict[str, str] = {}  # id -> "stop" | "abort"
+        self.order: tuple[str, ...] = ()
+        self.budgets: dict[str, int] = {}
 
     @property
     def empty(self) -> bool:

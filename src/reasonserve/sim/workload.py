@@ -4,12 +4,24 @@ seeded Poisson process. Lengths come from a :class:`LengthTable` (real traces, s
 
 from __future__ import annotations
 
+import math
+import operator
 import random
 from dataclasses import dataclass
 
 from reasonserve.core.errors import InvalidArgumentError
 
 __all__ = ["LengthTable", "SimRequest", "poisson_workload"]
+
+
+def _count(request_id: str, name: str, value: object) -> int:
+    """``value`` as an int (any integer type; not a bool, a float or a string)."""
+    if isinstance(value, bool):
+        raise InvalidArgumentError(f"{request_id}: {name} must be an integer, got {value!r}")
+    try:
+        return operator.index(value)  # type: ignore[arg-type]
+    except TypeError:
+        raise InvalidArgumentError(f"{request_id}: {name} must be an integer, got {value!r}") from None
 
 
 @dataclass(frozen=True, slots=True)
@@ -23,6 +35,21 @@ class SimRequest:
     prefix_hashes: tuple[int, ...] = ()  # one per full prompt block, chained (for LPM)
 
     def __post_init__(self) -> None:
+        """Checks the fields' types too, and stores them as the built-in types (a numpy
+        integer count becomes an int, an int arrival time a float): the compiled simulator
+        modules read them as such (:mod:`reasonserve.sim.native`)."""
+        if not isinstance(self.request_id, str):
+            raise InvalidArgumentError(f"request_id must be a str, got {type(self.request_id).__name__}")
+        for name in ("prompt_tokens", "reasoning_tokens", "answer_tokens"):
+            object.__setattr__(self, name, _count(self.request_id, name, getattr(self, name)))
+        arrival = self.arrival_s
+        if isinstance(arrival, bool) or not isinstance(arrival, (int, float)) or not math.isfinite(arrival):
+            raise InvalidArgumentError(f"{self.request_id}: arrival_s must be a finite number: {arrival!r}")
+        object.__setattr__(self, "arrival_s", float(arrival))
+        if self.program_id is not None and not isinstance(self.program_id, str):
+            raise InvalidArgumentError(f"{self.request_id}: program_id must be a str or None")
+        if not isinstance(self.prefix_hashes, tuple):
+            object.__setattr__(self, "prefix_hashes", tuple(self.prefix_hashes))
         if self.prompt_tokens < 1 or self.reasoning_tokens < 0 or self.answer_tokens < 0:
             raise InvalidArgumentError(f"{self.request_id}: token counts must be >= 0 (prompt >= 1)")
         if self.reasoning_tokens + self.answer_tokens < 1:
