@@ -491,4 +491,51 @@ def test_decode_iterations_take_numpy_from_64_iterations_below_int64_overflow_on
     taken, arange = [], np.arange
     monkeypatch.setattr(cost_model.np, "arange", lambda *a, **k: taken.append(a) or arange(*a, **k))
     assert cost.decode_iterations_s(5, context, iterations) == _decode_formula(cost, 5, context, iterations)
-    assert bool(taken) == (iterations >= 64 and context < 2**40)
+    # compiled, the doubles loop takes every exact case (context 7000) instead
+    numpy_case = iterations >= 64 and context < 2**40 and not cost_model.NATIVE_DECODE
+    assert bool(taken) == numpy_case
+
+
+def _loop_args(cost, batch, context, iterations):
+    m, hw = cost.model, cost.hardware
+    params, attn, kv = 2 * m.num_params * batch, 4 * m.num_layers * m.hidden_size, m.kv_bytes_per_token
+    peak = hw.peak_flops * cost.compute_efficiency
+    bandwidth = hw.memory_bandwidth_bytes_s * cost.bandwidth_efficiency
+    return (params, attn, batch / 2, peak, kv, batch, m.weight_bytes, bandwidth, cost.step_overhead_s, context,
+            iterations)  # fmt: skip
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.sampled_from(["qwen2.5-7b", "qwen2.5-32b", "qwen3-8b"]), st.sampled_from([None, 1, 1.5, 2, 4]),
+       st.integers(1, 600), st.one_of(st.integers(0, 10**6), st.integers(0, 2**47)), st.integers(1, 260))  # fmt: skip
+def test_the_doubles_loop_is_each_iterations_own_formula_where_it_claims_exact(model, bpp, batch, context, iterations):
+    """``decode_times`` (C doubles when compiled) equals the Python formula bit for bit
+    wherever ``doubles_exact`` says so; ``decode_iterations_s`` equals it everywhere."""
+    from reasonserve.sim.decode_times import decode_times, doubles_exact
+
+    cost = SimConfig(model=model).cost_model()
+    if bpp is not None:
+        cost = dataclasses.replace(cost, model=dataclasses.replace(cost.model, bytes_per_param=bpp))
+    args = _loop_args(cost, batch, context, iterations)
+    expected = _decode_formula(cost, batch, context, iterations)
+    top = context + (iterations + 1) * batch
+    if doubles_exact(args[0], args[1], args[4], args[6], top):
+        assert decode_times(*args) == expected
+    assert cost.decode_iterations_s(batch, context, iterations) == expected
+
+
+def test_doubles_exact_holds_for_the_presets_and_not_past_2_to_the_53():
+    from reasonserve.sim.decode_times import decode_times, doubles_exact
+
+    cost = SimConfig(model="qwen2.5-32b").cost_model()
+    kv = cost.model.kv_bytes_per_token
+    args = _loop_args(cost, 16, 100_000, 500)
+    assert doubles_exact(args[0], args[1], args[4], args[6], 100_000 + 501 * 16)
+    edge = (2**53 - 1) // max(kv, args[1])  # the largest top whose KV bytes and attention FLOPs stay below 2**53
+    assert doubles_exact(args[0], args[1], kv, args[6], edge) and not doubles_exact(args[0], args[1], kv, args[6], edge + 1)
+    context = edge - 4 * 8 - 1  # iterations up to the edge: each iteration's formula still, bit for bit
+    assert decode_times(*_loop_args(cost, 8, context, 3)) == _decode_formula(cost, 8, context, 3)
+    odd = dataclasses.replace(cost, model=dataclasses.replace(cost.model, **FRACTIONAL))
+    assert not doubles_exact(*(_loop_args(odd, 16, 7000, 50)[i] for i in (0, 1, 4, 6)), 8000)  # fractional KV
+    assert not doubles_exact(args[0], args[1], np.int64(kv), args[6], 8000)  # a numpy integer: the Python paths
+    assert not doubles_exact(args[0], args[1], kv, args[6], -1)

@@ -22,12 +22,15 @@ from dataclasses import dataclass
 import numpy as np
 
 from reasonserve.core.errors import InvalidArgumentError
+from reasonserve.sim import decode_times as _times
 from reasonserve.sim.hardware import HardwareSpec
 from reasonserve.sim.model_spec import ModelSpec
 
 __all__ = ["RooflineCostModel"]
 
 _VECTOR_FROM = 64  # decode_iterations_s: from this many iterations numpy's fixed cost pays
+# compiled, the doubles loop beats numpy and the Python loop at any length (the same results)
+NATIVE_DECODE = not str(_times.__file__).endswith(".py")
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,6 +81,10 @@ class RooflineCostModel:
         weights, kv, overhead = m.weight_bytes, m.kv_bytes_per_token, self.step_overhead_s
         params, half = 2 * m.num_params * batch, batch / 2  # the same float operations as step_s
         last = context_sum + iterations * batch  # no int64 overflow below: float64 ops round as Python's
+        if NATIVE_DECODE and _times.doubles_exact(params, attn, kv, weights, last + batch):
+            return _times.decode_times(
+                params, attn, half, peak, kv, batch, weights, bandwidth, overhead, context_sum, iterations
+            )
         if iterations >= _VECTOR_FROM and kv * (last + batch) + weights < 2**62:
             context_np = context_sum + np.arange(iterations, dtype=np.int64) * batch
             compute_np = (params + attn * (context_np + half)) / peak
