@@ -539,3 +539,16 @@ def test_doubles_exact_holds_for_the_presets_and_not_past_2_to_the_53():
     assert not doubles_exact(*(_loop_args(odd, 16, 7000, 50)[i] for i in (0, 1, 4, 6)), 8000)  # fractional KV
     assert not doubles_exact(args[0], args[1], np.int64(kv), args[6], 8000)  # a numpy integer: the Python paths
     assert not doubles_exact(args[0], args[1], kv, args[6], -1)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.one_of(st.floats(0, 1e4), st.floats(allow_nan=True, allow_infinity=True)), max_size=40),
+       st.integers(0, 45), st.one_of(st.none(), st.floats(allow_nan=True)), st.sampled_from([0.1, 1, 0.033, 7.5]))  # fmt: skip
+def test_the_simulators_pacer_fold_is_the_pacers(times, start, since, tpot):
+    """``sim.pacing.released_from`` (compiled with the simulator) is ``TokenPacer.released_until``
+    over the tokens from ``start``, bit for bit (NaN and infinities included)."""
+    from reasonserve.policies.pacer import TokenPacer
+    from reasonserve.sim.pacing import released_from
+
+    got, want = released_from(times, start, since, tpot), TokenPacer(tpot).released_until(times[start:], since)
+    assert repr(got) == repr(want)

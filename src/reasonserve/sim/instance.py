@@ -13,6 +13,7 @@ from reasonserve.policies.pacer import TokenPacer
 from reasonserve.policies.router import InstanceLoad
 from reasonserve.sim.config import SimConfig
 from reasonserve.sim.cost_model import RooflineCostModel
+from reasonserve.sim.pacing import released_from
 from reasonserve.sim.plan import SimPlan, check_plan
 from reasonserve.sim.profile import ProfileCostModel
 from reasonserve.sim.quiet import QuietRun, start_quiet
@@ -117,7 +118,7 @@ class SimInstance:
         times = s.answer_times
         n, until = self._paced.get(s, _UNPACED)
         if len(times) > n:
-            until = self.pacer.released_until(times[n:], until)
+            until = released_from(times, n, until, self.pacer.tpot_s)  # the pacer's fold, compiled
             self._paced[s] = (len(times), until)
         return until
 

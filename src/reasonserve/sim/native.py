@@ -30,6 +30,7 @@ __all__ = ["MODULES", "PURE_ENV", "compiled", "digests", "prefer_sources", "use_
 MODULES = (
     "reasonserve.sim.decode_times",
     "reasonserve.sim.instance",
+    "reasonserve.sim.pacing",
     "reasonserve.sim.plan",
     "reasonserve.sim.quiet",
     "reasonserve.sim.run",
