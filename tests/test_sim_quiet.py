@@ -492,7 +492,7 @@ def test_decode_iterations_take_numpy_from_64_iterations_below_int64_overflow_on
     monkeypatch.setattr(cost_model.np, "arange", lambda *a, **k: taken.append(a) or arange(*a, **k))
     assert cost.decode_iterations_s(5, context, iterations) == _decode_formula(cost, 5, context, iterations)
     # compiled, the doubles loop takes every exact case (context 7000) instead
-    numpy_case = iterations >= 64 and context < 2**40 and not cost_model.NATIVE_DECODE
+    numpy_case = iterations >= 64 and context < 2**40 and not cost_model.NATIVE_TIMES
     assert bool(taken) == numpy_case
 
 
@@ -511,7 +511,7 @@ def _loop_args(cost, batch, context, iterations):
 def test_the_doubles_loop_is_each_iterations_own_formula_where_it_claims_exact(model, bpp, batch, context, iterations):
     """``decode_times`` (C doubles when compiled) equals the Python formula bit for bit
     wherever ``doubles_exact`` says so; ``decode_iterations_s`` equals it everywhere."""
-    from reasonserve.sim.decode_times import decode_times, doubles_exact
+    from reasonserve.sim.step_times import decode_times, doubles_exact
 
     cost = SimConfig(model=model).cost_model()
     if bpp is not None:
@@ -525,7 +525,7 @@ def test_the_doubles_loop_is_each_iterations_own_formula_where_it_claims_exact(m
 
 
 def test_doubles_exact_holds_for_the_presets_and_not_past_2_to_the_53():
-    from reasonserve.sim.decode_times import decode_times, doubles_exact
+    from reasonserve.sim.step_times import decode_times, doubles_exact
 
     cost = SimConfig(model="qwen2.5-32b").cost_model()
     kv = cost.model.kv_bytes_per_token
@@ -552,3 +552,48 @@ def test_the_simulators_pacer_fold_is_the_pacers(times, start, since, tpot):
 
     got, want = released_from(times, start, since, tpot), TokenPacer(tpot).released_until(times[start:], since)
     assert repr(got) == repr(want)
+
+
+def _step_formula(cost, chunks):
+    """``step_s``'s Python formula as written before the compiled path."""
+    m = cost.model
+    attn, kv = 4 * m.num_layers * m.hidden_size, m.kv_bytes_per_token
+    flops = bytes_ = 0.0
+    for tokens, context in chunks:
+        flops += 2 * m.num_params * tokens + attn * tokens * (context + tokens / 2)
+        bytes_ += kv * (context + tokens)
+    bytes_ += m.weight_bytes
+    compute = flops / (cost.hardware.peak_flops * cost.compute_efficiency)
+    memory = bytes_ / (cost.hardware.memory_bandwidth_bytes_s * cost.bandwidth_efficiency)
+    return max(compute, memory) + cost.step_overhead_s
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.sampled_from(["qwen2.5-7b", "qwen2.5-32b", "qwen3-8b"]), st.sampled_from([None, 1, 1.1, 1.5]),
+       st.sampled_from([None, 7, 1e9]),
+       st.lists(st.tuples(st.integers(1, 9000), st.one_of(st.integers(0, 10**6), st.integers(0, 2**44))),
+                max_size=40))  # fmt: skip
+def test_the_doubles_step_time_is_step_s_formula(model, bpp, int_params, chunks):
+    """``step_times.step_time`` (C doubles when compiled) is ``step_s``'s formula bit for bit
+    where it answers (an int parameter count included: exact int products below 2**53);
+    ``step_s`` is the formula everywhere."""
+    from reasonserve.sim.step_times import step_time
+
+    cost = SimConfig(model=model).cost_model()
+    spec = cost.model
+    if bpp is not None:
+        spec = dataclasses.replace(spec, bytes_per_param=bpp)
+    if int_params is not None:
+        spec = dataclasses.replace(spec, num_params=int(spec.num_params) + int(int_params))
+    cost = dataclasses.replace(cost, model=spec)
+    want = _step_formula(cost, chunks) if chunks else 0.0
+    attn, hw = 4 * spec.num_layers * spec.hidden_size, cost.hardware
+    fast = step_time(chunks, 2 * spec.num_params, attn, spec.kv_bytes_per_token, spec.weight_bytes,
+                     hw.peak_flops * cost.compute_efficiency, hw.memory_bandwidth_bytes_s * cost.bandwidth_efficiency,
+                     cost.step_overhead_s)  # fmt: skip
+    if fast is not None and chunks:
+        assert repr(fast) == repr(want)
+    assert repr(cost.step_s(chunks)) == repr(want)
+    if chunks and bpp is None and int_params is None and max(c for _, c in chunks) < 10**6:
+        assert fast is not None  # the presets at ordinary contexts take the fast path
+    assert step_time([(1.0, 5)], 2 * spec.num_params, attn, 1, 1, 1.0, 1.0, 0.0) is None  # a float count: Python's

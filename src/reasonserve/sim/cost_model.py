@@ -22,15 +22,15 @@ from dataclasses import dataclass
 import numpy as np
 
 from reasonserve.core.errors import InvalidArgumentError
-from reasonserve.sim import decode_times as _times
+from reasonserve.sim import step_times as _times
 from reasonserve.sim.hardware import HardwareSpec
 from reasonserve.sim.model_spec import ModelSpec
 
 __all__ = ["RooflineCostModel"]
 
 _VECTOR_FROM = 64  # decode_iterations_s: from this many iterations numpy's fixed cost pays
-# compiled, the doubles loop beats numpy and the Python loop at any length (the same results)
-NATIVE_DECODE = not str(_times.__file__).endswith(".py")
+# compiled, the step_times loops beat numpy and the Python loops (the same results)
+NATIVE_TIMES = not str(_times.__file__).endswith(".py")
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +61,13 @@ class RooflineCostModel:
         m = self.model
         attn = 4 * m.num_layers * m.hidden_size
         kv = m.kv_bytes_per_token
+        if NATIVE_TIMES:
+            peak = self.hardware.peak_flops * self.compute_efficiency
+            bandwidth = self.hardware.memory_bandwidth_bytes_s * self.bandwidth_efficiency
+            fast = _times.step_time(chunks, 2 * m.num_params, attn, kv, m.weight_bytes, peak, bandwidth,
+                                    self.step_overhead_s)  # fmt: skip
+            if fast is not None:
+                return fast
         flops = bytes_ = 0.0
         for tokens, context in chunks:
             flops += 2 * m.num_params * tokens + attn * tokens * (context + tokens / 2)
@@ -81,7 +88,7 @@ class RooflineCostModel:
         weights, kv, overhead = m.weight_bytes, m.kv_bytes_per_token, self.step_overhead_s
         params, half = 2 * m.num_params * batch, batch / 2  # the same float operations as step_s
         last = context_sum + iterations * batch  # no int64 overflow below: float64 ops round as Python's
-        if NATIVE_DECODE and _times.doubles_exact(params, attn, kv, weights, last + batch):
+        if NATIVE_TIMES and _times.doubles_exact(params, attn, kv, weights, last + batch):
             return _times.decode_times(
                 params, attn, half, peak, kv, batch, weights, bandwidth, overhead, context_sum, iterations
             )
@@ -108,8 +115,9 @@ class RooflineCostModel:
         context = context_sum + iterations * batch
         flops = 2 * m.num_params * batch + 4 * m.num_layers * m.hidden_size * (context + batch)
         kv, attn = m.kv_bytes_per_token, 4 * m.num_layers * m.hidden_size  # floats for a fractional byte
-        integral = all(float(x).is_integer() for x in (2 * m.num_params, kv, attn))
-        return integral and flops < 2**53 and kv * (context + batch) < 2**53
+        if not (float(2 * m.num_params).is_integer() and float(kv).is_integer() and float(attn).is_integer()):
+            return False
+        return flops < 2**53 and kv * (context + batch) < 2**53
 
     def swap_s(self, num_tokens: int) -> float:
         """Copying ``num_tokens`` tokens of KV over the host link (one direction)."""

@@ -28,7 +28,7 @@ __all__ = ["MODULES", "PURE_ENV", "compiled", "digests", "prefer_sources", "use_
 
 # the per-step path of simulate(): the event loop, instances, quiet stretches, plans, runs
 MODULES = (
-    "reasonserve.sim.decode_times",
+    "reasonserve.sim.step_times",
     "reasonserve.sim.instance",
     "reasonserve.sim.pacing",
     "reasonserve.sim.plan",
