@@ -62,7 +62,7 @@ class SimInstance:
             return False
         need = 0
         for s in running:
-            grow = -(-(s.req.prompt_tokens + s.num_output) // size) - s.num_blocks
+            grow = -(-(s.prompt_tokens + s.num_output) // size) - s.num_blocks
             if grow > 0:
                 need += grow
         return need <= self.free_blocks
@@ -84,16 +84,16 @@ class SimInstance:
     def request_view(self, s: SimSequence) -> RequestView:
         """``s`` (waiting or running) as the policy sees it."""
         r, out, size = s.req, s.num_output, self.block_size
-        reasoning = r.reasoning_tokens
+        reasoning, prompt = s.reasoning_tokens, s.prompt_tokens
         phase = _PREFILL if out == 0 else _REASONING if out < reasoning else _ANSWERING
         if s.status == "running":
-            need, quantum = -(-(r.prompt_tokens + out) // size) - s.num_blocks, s.quantum_used
+            need, quantum = -(-(prompt + out) // size) - s.num_blocks, s.quantum_used
         else:
-            need, quantum = -(-(s.num_computed if s.swapped else r.prompt_tokens + out) // size), 0
+            need, quantum = -(-(s.num_computed if s.swapped else prompt + out) // size), 0
         times = s.answer_times
         return _new_view(RequestView, (
-            r.request_id, r.arrival_s, phase, r.prompt_tokens, s.num_computed, out, 0, s.num_blocks,
-            need if need > 0 else 0, s.enqueued_s, quantum, reasoning + r.answer_tokens, r.program_id,
+            s.request_id, r.arrival_s, phase, prompt, s.num_computed, out, 0, s.num_blocks,
+            need if need > 0 else 0, s.enqueued_s, quantum, reasoning + s.answer_tokens, r.program_id,
             r.prefix_hashes, False, s.swapped, len(times), self.paced_until(s) if times else None,
         ))  # fmt: skip
 
@@ -102,13 +102,13 @@ class SimInstance:
         size, paced_until, views = self.block_size, self.paced_until, []
         for s in self.running:
             r, out, times, held = s.req, s.num_output, s.answer_times, s.num_blocks
-            prompt, reasoning = r.prompt_tokens, r.reasoning_tokens
+            prompt, reasoning = s.prompt_tokens, s.reasoning_tokens
             need = -(-(prompt + out) // size) - held
             phase = _PREFILL if out == 0 else _REASONING if out < reasoning else _ANSWERING
             views.append(_new_view(RequestView, (
-                r.request_id, r.arrival_s, phase,
+                s.request_id, r.arrival_s, phase,
                 prompt, s.num_computed, out, 0, held, need if need > 0 else 0, s.enqueued_s, s.quantum_used,
-                reasoning + r.answer_tokens, r.program_id, r.prefix_hashes, False, s.swapped, len(times),
+                reasoning + s.answer_tokens, r.program_id, r.prefix_hashes, False, s.swapped, len(times),
                 paced_until(s) if times else None,
             )))  # fmt: skip
         return tuple(views)
@@ -148,7 +148,7 @@ class SimInstance:
         earliest: float | None = None
         quantum = self.config.quantum_tokens
         for s in self.waiting:
-            out, think = s.num_output, s.req.reasoning_tokens
+            out, think = s.num_output, s.reasoning_tokens
             if out == 0 or out < think:
                 reasoning += 1
                 continue
@@ -177,7 +177,7 @@ class SimInstance:
         reasoning, fresh, earliest = self.waiting_load()  # a waiting reader starves first at the earliest
         behind, quantum = earliest is not None and pacer.starving(earliest, now_s), self.config.quantum_tokens
         for s in self.running:
-            out, think = s.num_output, s.req.reasoning_tokens
+            out, think = s.num_output, s.reasoning_tokens
             if out == 0 or out < think:  # Phase.PREFILL or Phase.REASONING
                 reasoning += 1
                 continue
@@ -362,8 +362,8 @@ class SimInstance:
             first = [self.by_id[rid] for rid in plan.order if self.by_id[rid].status == "running"]
             named = set(plan.order)
             rest = [s for s in self.running if s.request_id not in named]
-        queue = [(s, s.req.prompt_tokens + s.num_output - s.num_computed) for s in first]
-        tail = [(s, s.req.prompt_tokens + s.num_output - s.num_computed) for s in rest]
+        queue = [(s, s.prompt_tokens + s.num_output - s.num_computed) for s in first]
+        tail = [(s, s.prompt_tokens + s.num_output - s.num_computed) for s in rest]
         decodes = [x for x in tail if x[1] <= 1]
         queue += tail if len(decodes) == len(tail) else decodes + [x for x in tail if x[1] > 1]
         size, free, budgets = self.config.block_size, self.free_blocks, plan.budgets
@@ -406,7 +406,7 @@ class SimInstance:
                 emitted, done = True, s.emit_many(run.ends[lo:hi])
             if done:
                 self._finish(s, "length", run.ends[hi - 1] if hi > lo else run.ends[0])
-            elif emitted and s.num_output == s.req.reasoning_tokens:
+            elif emitted and s.num_output == s.reasoning_tokens:
                 self.transitions.append(s)
 
     # migration (PASCAL Algorithm 2) ------------------------------------------------------

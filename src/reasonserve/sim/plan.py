@@ -82,7 +82,7 @@ def check_plan(decisions: Iterable, inst, name: str) -> SimPlan:
     size = inst.config.block_size
 
     def growth(s) -> int:  # max(0, inst.blocks_for(s.num_tokens) - s.num_blocks), without the calls
-        more = -(-(s.req.prompt_tokens + s.num_output) // size) - s.num_blocks
+        more = -(-(s.prompt_tokens + s.num_output) // size) - s.num_blocks
         return more if more > 0 else 0
 
     check_capacity(plan, inst.running, max_num_seqs=inst.config.max_num_seqs, free_blocks=inst.free_blocks,

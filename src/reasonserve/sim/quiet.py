@@ -48,12 +48,12 @@ def start_quiet(inst: SimInstance, view: SchedulerView | None, work: Work, now_s
         return None
     to_event = QUIET_FOREVER  # a finish or an end of thinking
     for s, _ in work:  # every running request; decodes only (or one-token prefill tails)
-        r, out = s.req, s.num_output
-        if r.prompt_tokens + out - s.num_computed != 1:
+        out = s.num_output
+        if s.prompt_tokens + out - s.num_computed != 1:
             return None
-        left = r.reasoning_tokens - out  # SimSequence.tokens_to_event, inlined
+        left = s.reasoning_tokens - out  # SimSequence.tokens_to_event, inlined
         if left <= 0:
-            left += r.answer_tokens
+            left += s.answer_tokens
         to_event = left if left < to_event else to_event
     limit = min(QUIET_FOREVER if view is None else quiet_steps(inst.policy, view), to_event)
     if limit > 1:
@@ -172,8 +172,8 @@ class QuietRun:
         for s, _ in self.work:
             if s.status != "running":
                 continue
-            req, before = s.req, s.num_output
-            r, out = req.reasoning_tokens, before + n
+            before = s.num_output
+            r, out = s.reasoning_tokens, before + n
             s.num_output, s.num_computed, s.quantum_used = out, s.num_computed + n, s.quantum_used + n
             if before >= r:  # answering all along
                 s.answer_times += stamps
@@ -183,7 +183,7 @@ class QuietRun:
                     s.answer_times.extend(ends[lo + r - before : upto])
             if before == 0:
                 s.first_token_s = ends[lo]
-            if out >= r + req.answer_tokens:
+            if out >= r + s.answer_tokens:
                 inst.free_blocks = free
                 inst._finish(s, "length", ends[upto - 1])
                 free = inst.free_blocks
@@ -242,7 +242,7 @@ class _LoadSummary:
         reasoning = 0
         fresh_for: list[int] = []  # running answering requests: iterations until their first quantum is used
         for s in inst.running:  # exactly the stretch's requests (no decision changed them)
-            answered = s.num_output - s.req.reasoning_tokens
+            answered = s.num_output - s.reasoning_tokens
             if answered < 0:
                 reasoning += 1
             elif answered < quantum:

@@ -28,14 +28,21 @@ class SimSequence:
     num_preemptions: int = 0
     num_swaps: int = 0
     num_migrations: int = 0
+    # the request's id and token counts, copied: the compiled simulator modules read these
+    # as native attributes at every step (reasonserve.sim.native)
+    request_id: str = field(init=False, repr=False, compare=False)
+    prompt_tokens: int = field(init=False, repr=False, compare=False)
+    reasoning_tokens: int = field(init=False, repr=False, compare=False)
+    answer_tokens: int = field(init=False, repr=False, compare=False)
 
-    @property
-    def request_id(self) -> str:
-        return self.req.request_id
+    def __post_init__(self) -> None:
+        r = self.req
+        self.request_id, self.prompt_tokens = r.request_id, r.prompt_tokens
+        self.reasoning_tokens, self.answer_tokens = r.reasoning_tokens, r.answer_tokens
 
     @property
     def num_tokens(self) -> int:
-        return self.req.prompt_tokens + self.num_output
+        return self.prompt_tokens + self.num_output
 
     @property
     def phase(self) -> Phase:
@@ -43,22 +50,22 @@ class SimSequence:
             return Phase.FINISHED
         if self.num_output == 0:
             return Phase.PREFILL
-        return Phase.REASONING if self.num_output < self.req.reasoning_tokens else Phase.ANSWERING
+        return Phase.REASONING if self.num_output < self.reasoning_tokens else Phase.ANSWERING
 
     def emit(self, now_s: float) -> bool:
         """A token was sampled at ``now_s``; True when the request has all its tokens."""
         self.num_output += 1
         if self.first_token_s is None:
             self.first_token_s = now_s
-        if self.num_output == self.req.reasoning_tokens:
+        if self.num_output == self.reasoning_tokens:
             self.end_of_thinking_s = now_s
-        elif self.num_output > self.req.reasoning_tokens:
+        elif self.num_output > self.reasoning_tokens:
             self.answer_times.append(now_s)
-        return self.num_output >= self.req.output_tokens
+        return self.num_output >= (self.reasoning_tokens + self.answer_tokens)
 
     def emit_many(self, times: list[float]) -> bool:
         """One token sampled at each of ``times`` (as many :meth:`emit` calls)."""
-        before, r = self.num_output, self.req.reasoning_tokens
+        before, r = self.num_output, self.reasoning_tokens
         self.num_output += len(times)
         if self.first_token_s is None:
             self.first_token_s = times[0]
@@ -67,10 +74,10 @@ class SimSequence:
         first_answer = max(0, r - before)
         if first_answer < len(times):
             self.answer_times.extend(times[first_answer:])
-        return self.num_output >= self.req.output_tokens
+        return self.num_output >= (self.reasoning_tokens + self.answer_tokens)
 
     def tokens_to_event(self) -> int:
         """Tokens it can emit before it finishes or reaches its end of thinking (inclusive)."""
-        left = self.req.output_tokens - self.num_output
-        think = self.req.reasoning_tokens - self.num_output
+        left = (self.reasoning_tokens + self.answer_tokens) - self.num_output
+        think = self.reasoning_tokens - self.num_output
         return min(left, think) if think > 0 else left
