@@ -597,3 +597,32 @@ def test_the_doubles_step_time_is_step_s_formula(model, bpp, int_params, chunks)
     if chunks and bpp is None and int_params is None and max(c for _, c in chunks) < 10**6:
         assert fast is not None  # the presets at ordinary contexts take the fast path
     assert step_time([(1.0, 5)], 2 * spec.num_params, attn, 1, 1, 1.0, 1.0, 0.0) is None  # a float count: Python's
+
+
+@pytest.mark.parametrize("kind", ["float", "numpy"])
+@pytest.mark.parametrize("which", ["batch", "context", "iterations"])
+def test_decode_iterations_take_any_number_type_the_python_formula_takes(kind, which):
+    """A float or numpy batch / context sum (a numpy iteration count) runs the Python
+    paths, compiled or not: no TypeError from the compiled doubles loop."""
+    cost = SimConfig(model="qwen2.5-7b").cost_model()
+    args = {"batch": 4, "context": 100, "iterations": 3}
+    if which == "iterations" and kind == "float":
+        pytest.skip("range() takes no float count, in the formula either")
+    args[which] = float(args[which]) if kind == "float" else np.int64(args[which])
+    got = cost.decode_iterations_s(args["batch"], args["context"], args["iterations"])
+    assert repr(got) == repr(_decode_formula(cost, args["batch"], args["context"], args["iterations"]))
+
+
+def test_step_s_reads_a_one_shot_iterable_of_chunks_once():
+    """A generator of chunks: the compiled doubles path must not consume part of it
+    before handing it to the Python formula (a numpy count mid-way sends it there)."""
+    from reasonserve.sim.step_times import step_time
+
+    cost = SimConfig(model="qwen2.5-7b").cost_model()
+    chunks = [(1, 5), (2, 9), (np.int64(1), 7), (1, 3)]
+    want = _step_formula(cost, chunks)
+    assert repr(cost.step_s(iter(chunks))) == repr(want) == repr(cost.step_s(chunks))
+    plain = [(1, 5), (2, 9)]
+    assert repr(cost.step_s(c for c in plain)) == repr(_step_formula(cost, plain))
+    assert step_time(iter(plain), 2, 4, 1, 1, 1.0, 1.0, 0.0) is None
+    assert step_time(tuple(plain), 2, 4, 1, 1, 1.0, 1.0, 0.0) is not None

@@ -22,12 +22,16 @@ def _integral(x: Any) -> bool:
     return type(x) is int or (type(x) is float and x.is_integer())
 
 
-def doubles_exact(params: Any, attn: Any, kv: Any, weights: Any, top: int) -> bool:
+def doubles_exact(params: Any, attn: Any, kv: Any, weights: Any, top: Any) -> bool:
     """Whether :func:`decode_times` equals the Python formula for contexts up to ``top``
-    (the last iteration's context plus the batch): ``params``, ``attn`` and ``kv``
-    integral and their products with ``top`` below 2**53 (``weights`` too, when an int:
-    Python adds it to the KV bytes before converting)."""
-    if not (_integral(params) and _integral(attn) and _integral(kv)) or not 0 <= top < _EXACT:
+    (the last iteration's context plus the batch): ``top`` a Python int (so were the
+    batch, the contexts and the iteration count: a float or numpy one takes the Python
+    paths), ``params``, ``attn`` and ``kv`` integral and their products with ``top``
+    below 2**53 (``weights`` too, when an int: Python adds it to the KV bytes before
+    converting)."""
+    if type(top) is not int or not 0 <= top < _EXACT:
+        return False
+    if not (_integral(params) and _integral(attn) and _integral(kv)):
         return False
     if type(weights) is not float and type(weights) is not int:
         return False
@@ -57,9 +61,12 @@ def step_time(
     chunks: Any, params2: Any, attn: Any, kv: Any, weights: Any, peak: float, bandwidth: float,
     overhead: float,
 ) -> float | None:  # fmt: skip
-    """:meth:`RooflineCostModel.step_s` of ``chunks`` ((tokens, context) pairs) with
-    ``params2 = 2 * num_params``, or None where a value is not a Python int or float or an
-    integer product could pass 2**53 (then the Python formula runs)."""
+    """:meth:`RooflineCostModel.step_s` of ``chunks`` ((tokens, context) pairs, in a list
+    or tuple) with ``params2 = 2 * num_params``, or None where a value is not a Python int
+    or float or an integer product could pass 2**53 (then the Python formula runs). Any
+    other iterable is None too: the Python formula reads it again from the start."""
+    if type(chunks) is not list and type(chunks) is not tuple:
+        return None
     if not (_number(params2) and _number(attn) and _number(kv) and _number(weights)):
         return None
     flops = bytes_ = 0.0
