@@ -470,7 +470,9 @@ def test_ordered_equals_the_plain_sort(keys, field, presorted):
     [
         ([0.0, 1.0, 2.5], "as_is"),  # strictly increasing: returned as it is
         ([2.5, 0.0, 1.0], "argsort"),  # distinct: a numpy argsort
-        ([1.0, 0.0, 1.0], "plain"),  # a tie: by request id
+        ([1.0, 0.0, 1.0], "plain"),  # a tie out of order: by request id
+        ([0.0, 1.0, 1.0, 1.0, 2.5, 2.5], "tie_runs"),  # in order with ties: each run by id, in place
+        ([0.5, 2**60 + 1, 2**60], "plain"),  # equal in float64 only: the run's values differ
         ([2**60 + 1, 2**60], "argsort"),  # ints stay exact in int64
         ([2**60 + 1, 2**60, 0.5], "plain"),  # mixed with a float: equal as float64, a tie there
         ([2**70, 1], "plain"),  # beyond int64
@@ -482,8 +484,15 @@ def test_ordered_equals_the_plain_sort(keys, field, presorted):
 )
 def test_ordered_takes_each_branch(monkeypatch, keys, branch):
     taken = []
-    plain, argsort = order_mod.ordered_plain, np.argsort
+    plain, argsort, runs = order_mod.ordered_plain, np.argsort, order_mod.order_tie_runs
     monkeypatch.setattr(order_mod, "ordered_plain", lambda *a: taken.append("plain") or plain(*a))
+
+    def tie_runs(*args):
+        out = runs(*args)
+        taken.append("tie_runs" if out is not None else "tie_runs refused")
+        return out
+
+    monkeypatch.setattr(order_mod, "order_tie_runs", tie_runs)
     monkeypatch.setattr(np, "argsort", lambda *a, **k: taken.append("argsort") or argsort(*a, **k))
     reqs = _queue(keys)
     try:

@@ -26,6 +26,7 @@ __all__ = [
     "column_order",
     "getter",
     "lex_order",
+    "order_tie_runs",
     "ordered",
     "ordered_plain",
     "ranked_lazily",
@@ -39,20 +40,52 @@ getter = field_getter  # a C-level getter of one RequestView field (by position)
 def ordered(requests: Sequence[RequestView], field: str) -> list[RequestView]:
     """``requests`` sorted by ``(field, request_id)``. A numeric field is read once into
     numpy: a queue already in strictly increasing order (hosts queue by arrival) is returned
-    as it is, one without ties is put in order by a numpy argsort; ties, NaNs and other
-    types (a str anywhere, ints beyond int64, tuples) take the plain sort
-    (:func:`ordered_plain`), which also raises where the keys cannot be compared."""
+    as it is, one in non-decreasing order (requests queued at the same time) has only its
+    runs of equal keys ordered by id (:func:`order_tie_runs`), one without ties is put in
+    order by a numpy argsort; other ties, NaNs and other types (a str anywhere, ints beyond
+    int64, tuples) take the plain sort (:func:`ordered_plain`), which also raises where the
+    keys cannot be compared."""
     n = len(requests)
     keys = np.array(list(map(getter(field), requests)))
     if keys.ndim != 1 or keys.dtype.kind not in "iuf":
         return ordered_plain(requests, field)
-    if n < 2 or bool((keys[1:] > keys[:-1]).all()):  # NaN compares False: never taken with one
+    if n < 2:
         return list(requests)
+    rising = keys[1:] >= keys[:-1]  # NaN compares False: neither in-order branch with one
+    if bool(rising.all()):
+        equal = np.flatnonzero(keys[1:] == keys[:-1])
+        if not len(equal):
+            return list(requests)
+        out = order_tie_runs(requests, equal.tolist(), getter(field))
+        if out is not None:
+            return out
     order = np.argsort(keys, kind="stable")
     s = keys[order]
     if bool((s[1:] > s[:-1]).all()):  # distinct (and no NaN): a strict order
         return list(map(requests.__getitem__, order.tolist()))
     return ordered_plain(requests, field)
+
+
+def order_tie_runs(
+    requests: Sequence[RequestView], equal: list[int], key: Callable[[RequestView], object]
+) -> list[RequestView] | None:
+    """``requests`` (in non-decreasing order of their numpy keys) with each run of equal
+    keys sorted by id (stable: :func:`ordered_plain`'s order); ``equal``: the ascending
+    ``i`` whose numpy key equals the next one's. None when a run's Python values differ
+    (ints and floats read into float64 can round to equal; rounding keeps every strict
+    order, so only the runs need the check): the plain sort decides then."""
+    out = list(requests)
+    k = 0
+    while k < len(equal):
+        start = end = equal[k]
+        while k < len(equal) and equal[k] == end:  # a run: start .. end + 1, inclusive
+            end, k = end + 1, k + 1
+        run = out[start : end + 1]
+        first = key(run[0])
+        if any(key(r) != first for r in run):
+            return None
+        out[start : end + 1] = sorted(run, key=BY_ID)
+    return out
 
 
 def column_order(keys: np.ndarray, requests: Sequence[RequestView]) -> np.ndarray | None:
