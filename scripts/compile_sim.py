@@ -20,7 +20,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 SRC = ROOT / "src"
 SIM = SRC / "reasonserve" / "sim"
-GROUP = "reasonserve_sim"  # the shared library: src/reasonserve_sim__mypyc.*.so
+GROUP = "reasonserve_sim"  # the shared library: src/reasonserve_sim__mypyc.*.so (native.LIBRARY)
 # mypy as mypyc needs it: the compiled modules checked, third-party packages not followed
 MYPY_CONFIG = """\
 [mypy]
@@ -43,7 +43,7 @@ def clean(native) -> None:
     """Remove every extension module of the simulator package (also one of a module no
     longer in the set), the shared library and the manifest."""
     for suffix in importlib.machinery.EXTENSION_SUFFIXES:
-        for path in [*SIM.glob(f"*{suffix}"), *SRC.glob(f"{GROUP}__mypyc{suffix}")]:
+        for path in [*SIM.glob(f"*{suffix}"), *SRC.glob(f"{native.LIBRARY}{suffix}")]:
             path.unlink()
     (SIM / native.MANIFEST).unlink(missing_ok=True)
 

@@ -1,12 +1,15 @@
 """The simulator's hot modules, compiled with mypyc when the build could (``make`` runs
 ``scripts/compile_sim.py``), else their Python sources: the same code either way.
 
-The build writes each module's extension beside its source and a manifest of the
-sources' SHA-256 (``_native.json``). A compiled module loads only when every module of
-the set was built from the sources now on disk; otherwise (a source edited since the
-build, a partial build) or with ``REASONSERVE_PURE_PYTHON=1`` every module of the set
-loads from its source, through a finder placed ahead of the extension modules. A
-compiled set is used all or none: compiled modules call one another directly.
+The build writes each module's extension beside its source, their shared library
+(``reasonserve_sim__mypyc``) beside the package and a manifest of the sources' SHA-256
+(``_native.json``). A compiled module loads only when every module of the set was built
+from the sources now on disk, with the shared library of this tree (loaded from its path
+here, never another tree's found first on ``sys.path``); otherwise (a source edited since
+the build, a partial build) or with ``REASONSERVE_PURE_PYTHON=1`` every module of the set,
+and any other module of the package left an extension by an earlier build, loads from
+its source, through a finder placed ahead of the extension modules. A compiled set is
+used all or none: compiled modules call one another directly.
 
 Standalone (no imports from the package): the build script loads this file by path.
 """
@@ -24,7 +27,9 @@ import warnings
 from collections.abc import Sequence
 from pathlib import Path
 
-__all__ = ["MODULES", "PURE_ENV", "compiled", "digests", "prefer_sources", "use_sources"]
+__all__ = [
+    "LIBRARY", "MODULES", "PURE_ENV", "compiled", "digests", "library_path", "prefer_sources", "use_sources",
+]  # fmt: skip
 
 # the per-step path of simulate(): the event loop, instances, quiet stretches, plans, runs
 MODULES = (
@@ -39,7 +44,9 @@ MODULES = (
 )
 PURE_ENV = "REASONSERVE_PURE_PYTHON"  # "1": load the sources even when compiled modules exist
 MANIFEST = "_native.json"
+LIBRARY = "reasonserve_sim__mypyc"  # the shared library the modules' extensions import, in src/
 _HERE = Path(__file__).resolve().parent
+_PACKAGE = "reasonserve.sim"
 
 
 def source_path(module: str, root: Path = _HERE) -> Path:
@@ -58,30 +65,63 @@ def _built(root: Path) -> dict[str, str] | None:
         manifest = json.loads((root / MANIFEST).read_text())
     except (OSError, ValueError):
         return None
-    suffixes = importlib.machinery.EXTENSION_SUFFIXES
-    for m in MODULES:
-        stem = m.rsplit(".", 1)[1]
-        if not any((root / (stem + s)).exists() for s in suffixes):
-            return None
+    if library_path(root) is None or not all(_extension(root, m.rsplit(".", 1)[1]) for m in MODULES):
+        return None
     built = manifest.get("digests") if isinstance(manifest, dict) else None
     return built if isinstance(built, dict) else None
 
 
+def _extension(root: Path, stem: str) -> bool:
+    return any((root / (stem + s)).exists() for s in importlib.machinery.EXTENSION_SUFFIXES)
+
+
 def _extensions_present(root: Path) -> bool:
-    suffixes = importlib.machinery.EXTENSION_SUFFIXES
-    return any((root / (m.rsplit(".", 1)[1] + s)).exists() for m in MODULES for s in suffixes)
+    return any(_extension(root, m.rsplit(".", 1)[1]) for m in MODULES)
+
+
+def library_path(root: Path = _HERE) -> Path | None:
+    """The build's shared library beside the package ``root`` (``src/``), or None."""
+    for suffix in importlib.machinery.EXTENSION_SUFFIXES:
+        path = root.parent.parent / (LIBRARY + suffix)
+        if path.exists():
+            return path
+    return None
+
+
+def _load_library(path: Path) -> bool:
+    """Load the shared library from ``path`` before any extension imports it by name (which
+    would take the first on ``sys.path``: another tree's build, say); False when another
+    one is loaded already or it does not load."""
+    loaded = sys.modules.get(LIBRARY)
+    if loaded is not None:
+        return Path(str(getattr(loaded, "__file__", ""))).resolve() == path.resolve()
+    spec = importlib.util.spec_from_file_location(LIBRARY, path)
+    if spec is None or spec.loader is None:
+        return False
+    try:
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[LIBRARY] = module
+        spec.loader.exec_module(module)
+    except (ImportError, OSError):
+        sys.modules.pop(LIBRARY, None)
+        return False
+    return True
 
 
 class _Sources(importlib.abc.MetaPathFinder):
-    """Finds the modules of :data:`MODULES` as their ``.py`` sources in ``root``."""
+    """Finds the modules of :data:`MODULES`, and any other module of the package with an
+    extension beside its source (one dropped from the set since the build), as their
+    ``.py`` sources in ``root``."""
 
     def __init__(self, root: Path) -> None:
         self.root = root
 
     def find_spec(self, fullname: str, path: Sequence[str] | None, target: object = None):
-        if fullname not in MODULES:
+        package, _, stem = fullname.rpartition(".")
+        if fullname not in MODULES and not (package == _PACKAGE and _extension(self.root, stem)):
             return None
-        return importlib.util.spec_from_file_location(fullname, source_path(fullname, self.root))
+        source = source_path(fullname, self.root)
+        return importlib.util.spec_from_file_location(fullname, source) if source.exists() else None
 
 
 def use_sources(root: Path = _HERE) -> None:
@@ -100,12 +140,14 @@ def prefer_sources(root: Path = _HERE) -> str:
         use_sources(root)
         return "sources"
     built = _built(root)
-    if built is not None and built == digests(root):
+    library = library_path(root)
+    if built is not None and library is not None and built == digests(root) and _load_library(library):
         return "compiled"
     use_sources(root)
     warnings.warn(
         "reasonserve.sim: the compiled simulator modules do not match their sources (edited since "
-        "the build, or a partial build); running the Python sources. Rebuild: python scripts/compile_sim.py",
+        "the build, a partial build, or another tree's build loaded); running the Python sources. "
+        "Rebuild: python scripts/compile_sim.py",
         RuntimeWarning,
         stacklevel=2,
     )
