@@ -52,7 +52,7 @@ def build(native) -> None:
     from mypyc.build import mypycify
     from setuptools import setup
 
-    digests = native.digests(SIM)  # what is compiled, read before the build
+    manifest = native.manifest(SIM)  # the digests of what is compiled, read before the build
     with tempfile.TemporaryDirectory() as tmp:
         config = Path(tmp) / "mypy.ini"
         config.write_text(MYPY_CONFIG)
@@ -69,7 +69,7 @@ def build(native) -> None:
             setup(name="reasonserve-sim-native", ext_modules=extensions, script_args=args)
         finally:
             os.chdir(here)
-    (SIM / native.MANIFEST).write_text(json.dumps({"python": sys.version, "digests": digests}, indent=1))
+    (SIM / native.MANIFEST).write_text(json.dumps(manifest, indent=1))
 
 
 def main(argv: list[str]) -> int:

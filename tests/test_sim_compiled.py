@@ -30,7 +30,7 @@ SIM_TESTS = sorted(
 
 
 def _built() -> bool:
-    return native._built(SIM_DIR) == native.digests(SIM_DIR)
+    return native.built_current(SIM_DIR)
 
 
 if not _built() and os.environ.get("CI") == "true":
@@ -123,7 +123,7 @@ def test_the_loader_picks_compiled_sources_or_stale(tmp_path, monkeypatch):
     suffix = importlib.machinery.EXTENSION_SUFFIXES[0]
     for m in native.MODULES:
         (pkg / (m.rsplit(".", 1)[1] + suffix)).write_bytes(b"")
-    (pkg / native.MANIFEST).write_text(json.dumps({"digests": native.digests(pkg)}))
+    (pkg / native.MANIFEST).write_text(json.dumps(native.manifest(pkg)))
     library = tmp_path / (native.LIBRARY + suffix)  # the shared library, beside the package
     library.write_bytes(b"")
     monkeypatch.setitem(sys.modules, native.LIBRARY, types.SimpleNamespace(__file__=str(library)))  # loaded
@@ -160,7 +160,7 @@ def test_the_loader_runs_the_sources_without_this_trees_library_or_with_a_leftov
     for stem in [m.rsplit(".", 1)[1] for m in native.MODULES] + ["dropped"]:
         native.source_path(f"reasonserve.sim.{stem}", pkg).write_text("x = 1\n")
         (pkg / (stem + suffix)).write_bytes(b"")
-    (pkg / native.MANIFEST).write_text(json.dumps({"digests": native.digests(pkg)}))
+    (pkg / native.MANIFEST).write_text(json.dumps(native.manifest(pkg)))
     with pytest.warns(RuntimeWarning, match="do not match their sources"):
         assert native.prefer_sources(pkg) == "stale"  # no library beside the package
     monkeypatch.setattr(sys, "meta_path", [f for f in sys.meta_path if f not in _finders(pkg)])
@@ -178,3 +178,35 @@ def test_the_loader_runs_the_sources_without_this_trees_library_or_with_a_leftov
     with pytest.warns(RuntimeWarning):
         assert native.prefer_sources(pkg) == "stale"  # this tree's library does not load (empty file)
     assert native.LIBRARY not in sys.modules
+
+
+def test_an_edit_to_a_module_the_set_imports_makes_the_build_stale(tmp_path, monkeypatch):
+    """mypyc typed the compiled code against the classes the set imports (a decision's
+    field types, say): an edit there since the build runs the sources, like an edit in
+    the set; a manifest from before the imports were recorded is stale too."""
+    monkeypatch.setattr(sys, "meta_path", list(sys.meta_path))
+    monkeypatch.delenv(native.PURE_ENV, raising=False)
+    pkg = tmp_path / "reasonserve" / "sim"
+    (tmp_path / "reasonserve" / "core").mkdir(parents=True)
+    pkg.mkdir()
+    decisions = tmp_path / "reasonserve" / "core" / "decisions.py"
+    decisions.write_text("class Order:\n    request_ids: tuple[str, ...]\n")
+    suffix = importlib.machinery.EXTENSION_SUFFIXES[0]
+    for m in native.MODULES:
+        native.source_path(m, pkg).write_text("from reasonserve.core.decisions import Order\nimport os, reasonserve.missing\n")
+        (pkg / (m.rsplit(".", 1)[1] + suffix)).write_bytes(b"")
+    assert native.dependencies(pkg) == ("reasonserve.core.decisions",)  # not os, not a missing module
+    library = tmp_path / (native.LIBRARY + suffix)
+    library.write_bytes(b"")
+    monkeypatch.setitem(sys.modules, native.LIBRARY, types.SimpleNamespace(__file__=str(library)))
+    built = native.manifest(pkg)
+    (pkg / native.MANIFEST).write_text(json.dumps(built))
+    assert native.prefer_sources(pkg) == "compiled"
+    decisions.write_text("class Order:\n    request_ids: list[str]\n")
+    with pytest.warns(RuntimeWarning, match="a module they import edited"):
+        assert native.prefer_sources(pkg) == "stale"
+    monkeypatch.setattr(sys, "meta_path", [f for f in sys.meta_path if f not in _finders(pkg)])
+    old = {"digests": native.digests(pkg)}  # the set's digests only, as the first builds wrote
+    (pkg / native.MANIFEST).write_text(json.dumps(old))
+    with pytest.warns(RuntimeWarning):
+        assert native.prefer_sources(pkg) == "stale"

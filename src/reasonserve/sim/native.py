@@ -2,11 +2,14 @@
 ``scripts/compile_sim.py``), else their Python sources: the same code either way.
 
 The build writes each module's extension beside its source, their shared library
-(``reasonserve_sim__mypyc``) beside the package and a manifest of the sources' SHA-256
-(``_native.json``). A compiled module loads only when every module of the set was built
-from the sources now on disk, with the shared library of this tree (loaded from its path
+(``reasonserve_sim__mypyc``) beside the package and a manifest of the SHA-256 of their
+sources and of the ``reasonserve`` modules they import from (mypyc typed the compiled
+code against those: :func:`dependencies`) in ``_native.json``. A compiled module
+loads only when every module of the set was built from the sources now on disk (its
+imports' too), with the shared library of this tree (loaded from its path
 here, never another tree's found first on ``sys.path``); otherwise (a source edited since
-the build, a partial build) or with ``REASONSERVE_PURE_PYTHON=1`` every module of the set,
+the build, a partial build) or with ``REASONSERVE_PURE_PYTHON=1`` (read once, when the
+package is imported) every module of the set,
 and any other module of the package left an extension by an earlier build, loads from
 its source, through a finder placed ahead of the extension modules. A compiled set is
 used all or none: compiled modules call one another directly.
@@ -16,6 +19,7 @@ Standalone (no imports from the package): the build script loads this file by pa
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import importlib.abc
 import importlib.machinery
@@ -28,7 +32,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 __all__ = [
-    "LIBRARY", "MODULES", "PURE_ENV", "compiled", "digests", "library_path", "prefer_sources", "use_sources",
+    "LIBRARY", "MODULES", "PURE_ENV", "built_current", "compiled", "dependencies", "digests", "library_path",
+    "manifest", "prefer_sources", "use_sources",
 ]  # fmt: skip
 
 # the per-step path of simulate(): the event loop, instances, quiet stretches, plans, runs
@@ -54,9 +59,55 @@ def source_path(module: str, root: Path = _HERE) -> Path:
     return root / (module.rsplit(".", 1)[1] + ".py")
 
 
-def digests(root: Path = _HERE) -> dict[str, str]:
-    """SHA-256 of every module's source in ``root``."""
-    return {m: hashlib.sha256(source_path(m, root).read_bytes()).hexdigest() for m in MODULES}
+def _module_source(module: str, root: Path) -> Path | None:
+    """The source of any ``reasonserve`` module, ``root`` being the simulator package's dir."""
+    path = root.parent.parent.joinpath(*module.split("."))
+    for candidate in (path.with_suffix(".py"), path / "__init__.py"):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def dependencies(root: Path = _HERE) -> tuple[str, ...]:
+    """The ``reasonserve`` modules the set imports from (absolute imports): mypyc typed the
+    compiled code against their classes and functions, so an edit to one makes the build
+    stale too. Direct imports only: the set reads nothing else's types."""
+    found: set[str] = set()
+    for module in MODULES:
+        path = _module_source(module, root)
+        if path is None:
+            continue
+        for node in ast.walk(ast.parse(path.read_bytes())):
+            if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]  # a submodule too
+            elif isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            else:
+                continue
+            found.update(n for n in names if n.split(".")[0] == "reasonserve" and _module_source(n, root))
+    return tuple(sorted(found.difference(MODULES)))
+
+
+def digests(root: Path = _HERE, modules: Sequence[str] = MODULES) -> dict[str, str]:
+    """SHA-256 of each of ``modules``' sources (default: the set's) beside ``root``."""
+    out = {}
+    for m in modules:
+        path = _module_source(m, root)
+        out[m] = hashlib.sha256(path.read_bytes()).hexdigest() if path is not None else ""
+    return out
+
+
+def manifest(root: Path = _HERE) -> dict:
+    """What the build records in :data:`MANIFEST`: the set's and its imports' digests."""
+    imports = dependencies(root)
+    return {"python": sys.version, "dependencies": list(imports), "digests": digests(root, MODULES + imports)}
+
+
+def built_current(root: Path = _HERE) -> bool:
+    """Whether a complete build is beside the sources in ``root`` and every module its
+    manifest names (the set and what it imports) has the source it was built from."""
+    built = _built(root)
+    return built is not None and digests(root, list(built)) == built
 
 
 def _built(root: Path) -> dict[str, str] | None:
@@ -67,8 +118,12 @@ def _built(root: Path) -> dict[str, str] | None:
         return None
     if library_path(root) is None or not all(_extension(root, m.rsplit(".", 1)[1]) for m in MODULES):
         return None
-    built = manifest.get("digests") if isinstance(manifest, dict) else None
-    return built if isinstance(built, dict) else None
+    if not isinstance(manifest, dict) or not isinstance(manifest.get("dependencies"), list):
+        return None  # also a manifest from before the dependencies were recorded
+    built = manifest.get("digests")
+    if not isinstance(built, dict) or built.keys() != {*MODULES, *manifest["dependencies"]}:
+        return None
+    return built
 
 
 def _extension(root: Path, stem: str) -> bool:
@@ -139,14 +194,14 @@ def prefer_sources(root: Path = _HERE) -> str:
     if os.environ.get(PURE_ENV) == "1":
         use_sources(root)
         return "sources"
-    built = _built(root)
     library = library_path(root)
-    if built is not None and library is not None and built == digests(root) and _load_library(library):
+    if library is not None and built_current(root) and _load_library(library):
         return "compiled"
     use_sources(root)
     warnings.warn(
-        "reasonserve.sim: the compiled simulator modules do not match their sources (edited since "
-        "the build, a partial build, or another tree's build loaded); running the Python sources. "
+        "reasonserve.sim: the compiled simulator modules do not match their sources (they or a module "
+        "they import edited since the build, a partial build, or another tree's build loaded); running "
+        "the Python sources. "
         "Rebuild: python scripts/compile_sim.py",
         RuntimeWarning,
         stacklevel=2,
