@@ -9,8 +9,9 @@ PYTEST_ARGS ?=
 # The native kernels build against the venv's torch: no build isolation (an isolated
 # build would fetch another torch). setup.py still installs when the build fails.
 NATIVE_SRC := setup.py $(wildcard src/reasonserve/_csrc/*)
-# The simulator's per-step modules, compiled with mypyc (optional: the sources run otherwise).
-SIM_SRC := scripts/compile_sim.py $(wildcard src/reasonserve/sim/*.py)
+# The simulator's per-step modules, compiled with mypyc (optional: the sources run otherwise);
+# rebuilt when they or the modules they import from change (sim/native.py, dependencies()).
+SIM_SRC := scripts/compile_sim.py $(wildcard src/reasonserve/sim/*.py src/reasonserve/core/*.py src/reasonserve/policies/*.py)
 EDITABLE := --no-build-isolation -e
 
 .PHONY: demo test test-adapters lint typecheck docs bench clean

@@ -30,11 +30,19 @@ def pytest_report_header(config):
 
 
 def pytest_collection_modifyitems(config, items):
-    """Tests marked ``gpu`` skip cleanly, with a reason, where there is no CUDA."""
-    if torch.cuda.is_available():
-        return
+    """Tests marked ``gpu`` skip cleanly, with a reason, where there is no CUDA; tests marked
+    ``sources_only`` where the simulator runs compiled (REASONSERVE_PURE_PYTHON=0)."""
     import pytest
 
+    from reasonserve.sim import native, simulator  # noqa: F401  (imports the set)
+
+    if native.compiled():
+        skip_compiled = pytest.mark.skip(reason="patches the simulator's internals: runs on its sources only")
+        for item in items:
+            if "sources_only" in item.keywords:
+                item.add_marker(skip_compiled)
+    if torch.cuda.is_available():
+        return
     skip = pytest.mark.skip(reason="needs a CUDA device; this machine has none")
     for item in items:
         if "gpu" in item.keywords:

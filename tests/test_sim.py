@@ -6,6 +6,7 @@ import json
 import pytest
 
 from reasonserve.core import InvalidArgumentError
+from reasonserve.core.decisions import Admit, Order, Preempt, Stop, TokenBudget
 from reasonserve.policies.pacer import TokenPacer
 from reasonserve.policies.pascal import PascalPolicy
 from reasonserve.policies.router import InstanceLoad, LeastKVRouter, PascalRouter
@@ -167,6 +168,7 @@ def test_poisson_workload_is_seeded_and_has_the_requested_rate():
         ({"arrival_s": float("nan")}, "arrival_s must be a finite number"),
         ({"arrival_s": float("inf")}, "arrival_s must be a finite number"),
         ({"arrival_s": "1.0"}, "arrival_s must be a finite number"),
+        ({"arrival_s": 10**400}, "arrival_s must be a finite number"),
         ({"program_id": 3}, "program_id must be a str or None"),
         ({"prompt_tokens": 0}, "token counts"),
     ],
@@ -191,3 +193,80 @@ def test_sim_requests_store_built_in_types_and_simulate_as_such():
     assert simulate([odd], config, PascalPolicy).sequences[0].finished_s == simulate(
         [plain], config, PascalPolicy
     ).sequences[0].finished_s
+
+
+def _hostile_run(make):
+    """One instance whose policy returns ``make(view)`` once a request runs (FCFS otherwise)."""
+    from reasonserve.policies import FCFSPolicy
+
+    class Hostile(FCFSPolicy):
+        quiet_without_waiting = False
+
+        def decide(self, view):
+            return make(view) if view.running else super().decide(view)
+
+    reqs = [SimRequest(f"r{i}", 0.01 * i, 20, 12, 6) for i in range(3)]
+    return simulate(reqs, SimConfig(num_instances=1, model="qwen2.5-7b"), Hostile)
+
+
+@pytest.mark.parametrize(
+    ("make", "match"),
+    [
+        (lambda v: [Stop(5)], "not a str"),
+        (lambda v: [Admit(None)], "not a str"),
+        (lambda v: [Order(["nobody"])], "not running"),
+        (lambda v: [Order([3])], "tuple of request ids"),
+        (lambda v: [Order("r0")], "tuple of request ids"),
+        (lambda v: [TokenBudget(
+            v.running[0].request_id, 2.5)], "not an int >= 0"),
+        (lambda v: [TokenBudget(
+            v.running[0].request_id, True)], "not an int >= 0"),
+        (lambda v: [Preempt(
+            v.running[0].request_id, 3)], "has mode 3"),
+    ],
+)
+def test_hostile_decision_fields_are_policy_errors(make, match):
+    """A policy's decisions with fields of the wrong type are PolicyErrors naming them, in
+    the compiled modules as in the sources (never a TypeError from a declared type)."""
+    from reasonserve.core import PolicyError
+
+    with pytest.raises(PolicyError, match=match):
+        _hostile_run(make)
+
+
+def test_decision_fields_of_other_integer_and_sequence_types_are_read_as_such():
+    import numpy as np
+
+    ordered = _hostile_run(lambda v: [Order([r.request_id for r in v.running])])  # a list, not a tuple
+    budgeted = _hostile_run(lambda v: [TokenBudget(v.running[0].request_id, np.int64(4))])
+    plain = _hostile_run(lambda v: [TokenBudget(v.running[0].request_id, 4)])
+    assert len(ordered.sequences) == 3 and budgeted.end_s == plain.end_s and budgeted.steps == plain.steps
+
+
+@pytest.mark.parametrize(
+    ("answer", "match"),
+    [(None, "expected"), ((["x"], []), "list of SimRequest"), (([], [5]), "list of str"), (([], "r0"), "list of str")],
+)
+def test_a_program_host_answering_the_wrong_types_is_a_policy_error(answer, match):
+    from reasonserve.core import PolicyError
+    from reasonserve.policies import FCFSPolicy
+
+    class Host:
+        def on_finished(self, finished, now_s):
+            return answer
+
+    reqs = [SimRequest("r0", 0.0, 20, 12, 6)]
+    with pytest.raises(PolicyError, match=match):
+        simulate(reqs, SimConfig(num_instances=1, model="qwen2.5-7b"), FCFSPolicy, programs=Host())
+
+
+def test_sim_results_pickle_and_copy():
+    import copy
+    import pickle
+
+    from reasonserve.policies import FCFSPolicy
+
+    res = simulate([SimRequest("r0", 0.0, 20, 12, 6)], SimConfig(num_instances=1, model="qwen2.5-7b"), FCFSPolicy)
+    for other in (pickle.loads(pickle.dumps(res)), copy.copy(res), copy.deepcopy(res)):
+        assert other.end_s == res.end_s and other.steps == res.steps and other.placements == res.placements
+        assert repr(other.sequences) == repr(res.sequences)

@@ -543,7 +543,7 @@ def test_doubles_exact_holds_for_the_presets_and_not_past_2_to_the_53():
 
 @settings(max_examples=300, deadline=None)
 @given(st.lists(st.one_of(st.floats(0, 1e4), st.floats(allow_nan=True, allow_infinity=True)), max_size=40),
-       st.integers(0, 45), st.one_of(st.none(), st.floats(allow_nan=True)), st.sampled_from([0.1, 1, 0.033, 7.5]))  # fmt: skip
+       st.integers(-45, 45), st.one_of(st.none(), st.floats(allow_nan=True)), st.sampled_from([0.1, 1, 0.033, 7.5]))  # fmt: skip
 def test_the_simulators_pacer_fold_is_the_pacers(times, start, since, tpot):
     """``sim.pacing.released_from`` (compiled with the simulator) is ``TokenPacer.released_until``
     over the tokens from ``start``, bit for bit (NaN and infinities included)."""

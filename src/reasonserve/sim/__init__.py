@@ -21,7 +21,8 @@ from reasonserve.sim.profile import (
 )
 from reasonserve.sim.program_workload import load_sc_records, sc_program_workload
 from reasonserve.sim.programs import ProgramPlan, ProgramRuntime, SCProgram, WithPrograms
-from reasonserve.sim.simulator import SimResult, simulate
+from reasonserve.sim.result import SimResult
+from reasonserve.sim.simulator import simulate
 from reasonserve.sim.traces import load_lengths
 from reasonserve.sim.workload import LengthTable, SimRequest, poisson_workload
 

@@ -88,7 +88,8 @@ class RooflineCostModel:
         weights, kv, overhead = m.weight_bytes, m.kv_bytes_per_token, self.step_overhead_s
         params, half = 2 * m.num_params * batch, batch / 2  # the same float operations as step_s
         last = context_sum + iterations * batch  # no int64 overflow below: float64 ops round as Python's
-        if NATIVE_TIMES and _times.doubles_exact(params, attn, kv, weights, last + batch):
+        exact = NATIVE_TIMES and context_sum >= 0 and batch >= 0  # every context in [context_sum, top]
+        if exact and _times.doubles_exact(params, attn, kv, weights, last + batch):
             return _times.decode_times(
                 params, attn, half, peak, kv, batch, weights, bandwidth, overhead, context_sum, iterations
             )

@@ -47,7 +47,7 @@ MODULES = (
     "reasonserve.sim.sequence",
     "reasonserve.sim.simulator",
 )
-PURE_ENV = "REASONSERVE_PURE_PYTHON"  # "1": load the sources even when compiled modules exist
+PURE_ENV = "REASONSERVE_PURE_PYTHON"  # 1/true/yes/on: load the sources even when compiled modules exist
 MANIFEST = "_native.json"
 LIBRARY = "reasonserve_sim__mypyc"  # the shared library the modules' extensions import, in src/
 _HERE = Path(__file__).resolve().parent
@@ -191,7 +191,7 @@ def prefer_sources(root: Path = _HERE) -> str:
     returns "compiled", "sources" (asked for, or nothing built) or "stale"."""
     if not _extensions_present(root):
         return "sources"
-    if os.environ.get(PURE_ENV) == "1":
+    if os.environ.get(PURE_ENV, "").strip().lower() in ("1", "true", "yes", "on"):
         use_sources(root)
         return "sources"
     library = library_path(root)

@@ -16,6 +16,8 @@ __all__ = ["released_from"]
 def released_from(times: list[float], start: int, since: float | None, tpot: float) -> float | None:
     """``TokenPacer(tpot).released_until(times[start:], since)``."""
     n = len(times)
+    if start < 0:  # as the slice reads a negative start
+        start = max(n + start, 0)
     if start >= n:
         return since
     last: float

@@ -6,7 +6,9 @@ nothing is applied)."""
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Iterable
+from typing import Any
 
 from reasonserve.core.capacity import check_capacity
 from reasonserve.core.decisions import PREEMPT_MODES, Abort, Admit, Migrate, Order, Preempt, Stop, TokenBudget
@@ -36,6 +38,17 @@ class SimPlan:
         return rid in self.preempt or rid in self.finish or any(s.request_id == rid for s in self.admit)
 
 
+def _budget(tokens: Any) -> int | None:
+    """A token budget as an int (any integer type), or None: not an integer, a bool or < 0."""
+    if isinstance(tokens, bool):
+        return None
+    try:
+        value = operator.index(tokens)
+    except TypeError:
+        return None
+    return value if value >= 0 else None
+
+
 def check_plan(decisions: Iterable, inst, name: str) -> SimPlan:
     plan = SimPlan()
     if isinstance(decisions, (list, tuple)) and not decisions:
@@ -53,28 +66,36 @@ def check_plan(decisions: Iterable, inst, name: str) -> SimPlan:
         return seq
 
     for d in decisions:
+        # fields read untyped (the compiled module checks declared types): a hostile policy's
+        # field values get a PolicyError here, as with the sources, never a TypeError
+        raw: Any = d
+        if isinstance(d, (Admit, Preempt, Stop, Abort, TokenBudget)) and not isinstance(raw.request_id, str):
+            raise bad(d, "has a request id that is not a str")
         if isinstance(d, Admit):
-            plan.admit.append(live(d, "waiting"))
+            plan.admit.append(live(raw, "waiting"))
         elif isinstance(d, Preempt):
-            live(d, "running")
-            if d.mode not in PREEMPT_MODES:
-                raise bad(d, f"has mode {d.mode!r}; allowed: {PREEMPT_MODES}")
-            plan.preempt[d.request_id] = d.mode
+            live(raw, "running")
+            mode = raw.mode
+            if not (mode is None or isinstance(mode, str)) or mode not in PREEMPT_MODES:
+                raise bad(d, f"has mode {mode!r}; allowed: {PREEMPT_MODES}")
+            plan.preempt[raw.request_id] = mode
         elif isinstance(d, (Stop, Abort)):
-            seq = inst.by_id.get(d.request_id)
-            if seq is None or plan.moved(d.request_id):
+            seq = inst.by_id.get(raw.request_id)
+            if seq is None or plan.moved(raw.request_id):
                 raise bad(d, "names an unknown or already moved request")
-            plan.finish[d.request_id] = "stop" if isinstance(d, Stop) else "abort"
+            plan.finish[raw.request_id] = "stop" if isinstance(d, Stop) else "abort"
         elif isinstance(d, Order):
-            if plan.order or any(
-                getattr(inst.by_id.get(r), "status", None) != "running" for r in d.request_ids
-            ):
+            ids = raw.request_ids
+            if not isinstance(ids, (tuple, list)) or not all(isinstance(r, str) for r in ids):
+                raise bad(d, "needs a tuple of request ids (str)")
+            if plan.order or any(getattr(inst.by_id.get(r), "status", None) != "running" for r in ids):
                 raise bad(d, "is a second Order or orders a request that is not running")
-            plan.order = tuple(dict.fromkeys(d.request_ids))
+            plan.order = tuple(dict.fromkeys(ids))
         elif isinstance(d, TokenBudget):
-            if getattr(inst.by_id.get(d.request_id), "status", None) != "running" or d.tokens < 0:
-                raise bad(d, "names a request that is not running or a negative budget")
-            plan.budgets[d.request_id] = d.tokens
+            tokens = _budget(raw.tokens)
+            if getattr(inst.by_id.get(raw.request_id), "status", None) != "running" or tokens is None:
+                raise bad(d, "names a request that is not running or has a budget that is not an int >= 0")
+            plan.budgets[raw.request_id] = tokens
         elif isinstance(d, Migrate):
             raise bad(d, "migration is not simulated yet")
         else:

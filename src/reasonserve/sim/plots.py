@@ -8,7 +8,7 @@ import pathlib
 
 from reasonserve.policies.pacer import TokenPacer
 from reasonserve.sim.metrics import request_metrics, tail_ttft_by_bin
-from reasonserve.sim.simulator import SimResult
+from reasonserve.sim.result import SimResult
 
 __all__ = ["write_png"]
 

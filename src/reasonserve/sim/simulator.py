@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
-from typing import Protocol
+from dataclasses import replace
+from typing import Any, Protocol
 
 from reasonserve.core.errors import InvalidArgumentError, PolicyError
 from reasonserve.core.phase import Phase
@@ -20,6 +20,7 @@ from reasonserve.policies.router import LeastKVRouter, Router
 from reasonserve.sim.config import SimConfig
 from reasonserve.sim.instance import SimInstance
 from reasonserve.sim.migration import MigrationRecord, Migrations
+from reasonserve.sim.result import SimResult
 from reasonserve.sim.sequence import SimSequence
 from reasonserve.sim.workload import SimRequest
 
@@ -35,18 +36,6 @@ class ProgramHost(Protocol):
     def on_finished(
         self, finished: Sequence[SimSequence], now_s: float
     ) -> tuple[Sequence[SimRequest], Sequence[str]]: ...
-
-
-@dataclass(frozen=True)
-class SimResult:
-    config: SimConfig
-    policy: str
-    router: str
-    sequences: tuple[SimSequence, ...]  # every request, finished, in id order
-    end_s: float
-    steps: int
-    placements: dict[str, str]  # request id -> instance id (where it was first placed)
-    migrations: tuple[MigrationRecord, ...] = ()  # in landing order
 
 
 def _arrival_view(req: SimRequest) -> RequestView:
@@ -180,8 +169,15 @@ class _Loop:
 
     def program_events(self, finished: Sequence[SimSequence], now: float) -> None:
         """Queue the requests the programs issue at ``now``; stop the ones they cancel."""
-        assert self.programs is not None
-        spawned, stops = self.programs.on_finished(finished, now)
+        host: Any = self.programs  # called untyped (its answer's declared type is checked here, not by mypyc)
+        answer = host.on_finished(finished, now)
+        if not (isinstance(answer, (tuple, list)) and len(answer) == 2):
+            raise PolicyError(f"program host returned {answer!r}; expected (requests, stop ids)")
+        spawned, stops = answer
+        if not isinstance(spawned, (tuple, list)) or not all(isinstance(r, SimRequest) for r in spawned):
+            raise PolicyError(f"program host's requests must be a list of SimRequest, got {spawned!r}")
+        if not isinstance(stops, (tuple, list)) or not all(isinstance(rid, str) for rid in stops):
+            raise PolicyError(f"program host's stop ids must be a list of str, got {stops!r}")
         for req in spawned:
             if req.arrival_s != now or req.request_id in self.placements:
                 raise PolicyError(f"program request {req.request_id} must be new and arrive at {now}")

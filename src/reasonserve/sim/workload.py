@@ -24,6 +24,18 @@ def _count(request_id: str, name: str, value: object) -> int:
         raise InvalidArgumentError(f"{request_id}: {name} must be an integer, got {value!r}") from None
 
 
+def _time(request_id: str, value: object) -> float:
+    """``value`` as a finite float (an int too; not a bool, a string or one beyond float)."""
+    if not isinstance(value, bool) and isinstance(value, (int, float)):
+        try:
+            seconds = float(value)
+        except OverflowError:
+            seconds = math.inf
+        if math.isfinite(seconds):
+            return seconds
+    raise InvalidArgumentError(f"{request_id}: arrival_s must be a finite number: {value!r}"[:200])
+
+
 @dataclass(frozen=True, slots=True)
 class SimRequest:
     request_id: str
@@ -42,10 +54,7 @@ class SimRequest:
             raise InvalidArgumentError(f"request_id must be a str, got {type(self.request_id).__name__}")
         for name in ("prompt_tokens", "reasoning_tokens", "answer_tokens"):
             object.__setattr__(self, name, _count(self.request_id, name, getattr(self, name)))
-        arrival = self.arrival_s
-        if isinstance(arrival, bool) or not isinstance(arrival, (int, float)) or not math.isfinite(arrival):
-            raise InvalidArgumentError(f"{self.request_id}: arrival_s must be a finite number: {arrival!r}")
-        object.__setattr__(self, "arrival_s", float(arrival))
+        object.__setattr__(self, "arrival_s", _time(self.request_id, self.arrival_s))
         if self.program_id is not None and not isinstance(self.program_id, str):
             raise InvalidArgumentError(f"{self.request_id}: program_id must be a str or None")
         if not isinstance(self.prefix_hashes, tuple):

@@ -1,0 +1,24 @@
+"""What :func:`reasonserve.sim.simulate` returns (outside the compiled set of
+:mod:`reasonserve.sim.native`, so it pickles and copies as a plain dataclass)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from reasonserve.sim.config import SimConfig
+from reasonserve.sim.migration import MigrationRecord
+from reasonserve.sim.sequence import SimSequence
+
+__all__ = ["SimResult"]
+
+
+@dataclass(frozen=True)
+class SimResult:
+    config: SimConfig
+    policy: str
+    router: str
+    sequences: tuple[SimSequence, ...]  # every request, finished, in id order
+    end_s: float
+    steps: int
+    placements: dict[str, str]  # request id -> instance id (where it was first placed)
+    migrations: tuple[MigrationRecord, ...] = ()  # in landing order
