@@ -25,17 +25,17 @@ import _harness
 HERE = pathlib.Path(__file__).resolve().parent
 
 CHILD = """
-import dataclasses, hashlib, json, pathlib, sys, time
+import hashlib, json, pathlib, sys, time
 sys.path.insert(0, {here!r})
 import policies as P
+from _policies_speed import _outcome
 from reasonserve.sim import load_lengths, native, poisson_workload, simulate
 table = load_lengths("servegen", pathlib.Path({data!r}), seed=0)
 reqs = poisson_workload(table, P.RATE_FRACTIONS[{rate!r}] * P._capacity_rps(table, P.CONFIG), {n}, seed=0)
 cpu, wall = time.process_time(), time.perf_counter()
 res = simulate(reqs, P.CONFIG, *P.SETUPS["pascal"])
 cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
-outcome = repr(([dataclasses.astuple(s) for s in res.sequences], res.end_s, res.steps,
-                sorted(res.placements.items()), res.migrations))
+outcome = repr(_outcome(res))
 print(json.dumps({{"compiled": native.compiled(), "cpu_s": cpu, "wall_s": wall, "steps": res.steps,
                   "hash": hashlib.sha256(outcome.encode()).hexdigest()}}))
 """

@@ -29,15 +29,13 @@ SIM_TESTS = sorted(
 )
 
 
-def _built() -> bool:
-    return native.built_current(SIM_DIR)
+BUILT = native.built_current(SIM_DIR)  # read once: hashes the set's sources and imports
 
-
-if not _built() and os.environ.get("CI") == "true":
+if not BUILT and os.environ.get("CI") == "true":
     raise AssertionError("CI: the compiled simulator modules are missing or stale (make test builds them)")
 # the tests that run the compiled modules; the loader's own test runs without a build
 needs_build = pytest.mark.skipif(
-    not _built(), reason="no compiled simulator modules match the sources (python scripts/compile_sim.py)"
+    not BUILT, reason="no compiled simulator modules match the sources (python scripts/compile_sim.py)"
 )
 
 

@@ -6,13 +6,13 @@ nothing is applied)."""
 
 from __future__ import annotations
 
-import operator
 from collections.abc import Iterable
 from typing import Any
 
 from reasonserve.core.capacity import check_capacity
 from reasonserve.core.decisions import PREEMPT_MODES, Abort, Admit, Migrate, Order, Preempt, Stop, TokenBudget
 from reasonserve.core.errors import PolicyError
+from reasonserve.sim.workload import as_count
 
 __all__ = ["SimPlan", "check_plan"]
 
@@ -36,17 +36,6 @@ class SimPlan:
 
     def moved(self, rid: str) -> bool:
         return rid in self.preempt or rid in self.finish or any(s.request_id == rid for s in self.admit)
-
-
-def _budget(tokens: Any) -> int | None:
-    """A token budget as an int (any integer type), or None: not an integer, a bool or < 0."""
-    if isinstance(tokens, bool):
-        return None
-    try:
-        value = operator.index(tokens)
-    except TypeError:
-        return None
-    return value if value >= 0 else None
 
 
 def check_plan(decisions: Iterable, inst, name: str) -> SimPlan:
@@ -92,8 +81,9 @@ def check_plan(decisions: Iterable, inst, name: str) -> SimPlan:
                 raise bad(d, "is a second Order or orders a request that is not running")
             plan.order = tuple(dict.fromkeys(ids))
         elif isinstance(d, TokenBudget):
-            tokens = _budget(raw.tokens)
-            if getattr(inst.by_id.get(raw.request_id), "status", None) != "running" or tokens is None:
+            tokens = as_count(raw.tokens)
+            running = getattr(inst.by_id.get(raw.request_id), "status", None) == "running"
+            if not running or tokens is None or tokens < 0:
                 raise bad(d, "names a request that is not running or has a budget that is not an int >= 0")
             plan.budgets[raw.request_id] = tokens
         elif isinstance(d, Migrate):

@@ -11,17 +11,24 @@ from dataclasses import dataclass
 
 from reasonserve.core.errors import InvalidArgumentError
 
-__all__ = ["LengthTable", "SimRequest", "poisson_workload"]
+__all__ = ["LengthTable", "SimRequest", "as_count", "poisson_workload"]
 
 
-def _count(request_id: str, name: str, value: object) -> int:
-    """``value`` as an int (any integer type; not a bool, a float or a string)."""
+def as_count(value: object) -> int | None:
+    """``value`` as an int (any integer type, numpy's too), or None: a bool, a float, a string."""
     if isinstance(value, bool):
-        raise InvalidArgumentError(f"{request_id}: {name} must be an integer, got {value!r}")
+        return None
     try:
         return operator.index(value)  # type: ignore[arg-type]
     except TypeError:
-        raise InvalidArgumentError(f"{request_id}: {name} must be an integer, got {value!r}") from None
+        return None
+
+
+def _count(request_id: str, name: str, value: object) -> int:
+    count = as_count(value)
+    if count is None:
+        raise InvalidArgumentError(f"{request_id}: {name} must be an integer, got {value!r}")
+    return count
 
 
 def _time(request_id: str, value: object) -> float:
