@@ -107,8 +107,9 @@ def test_placement_follows_the_pure_policy_on_the_stats_it_saw(cluster):
 
     async def body():
         first = asyncio.create_task(client.run(long))
-        await asyncio.sleep(0.6)  # the long request is in the stats now
-        return await first, await client.run(short)
+        await asyncio.sleep(0.3)  # three stats periods: the long request, still running, is in the stats
+        second = await client.run(short)  # placed while the long one runs (not after it finished)
+        return await first, second
 
     out_long, out_short = asyncio.run(body())
     decision, seen = cluster["log"].of("place-short", "place")[-1]
