@@ -12,7 +12,7 @@ import random
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from reasonserve.core import PolicyError
@@ -597,6 +597,41 @@ def test_the_doubles_step_time_is_step_s_formula(model, bpp, int_params, chunks)
     if chunks and bpp is None and int_params is None and max(c for _, c in chunks) < 10**6:
         assert fast is not None  # the presets at ordinary contexts take the fast path
     assert step_time([(1.0, 5)], 2 * spec.num_params, attn, 1, 1, 1.0, 1.0, 0.0) is None  # a float count: Python's
+
+
+def _python_exact(params2, attn, kv, chunks) -> bool:
+    """The old ``step_time``'s checks, on Python's exact ints: when it answered."""
+    return all(
+        0 <= n < 2**53 and 0 <= c < 2**53 and params2 * n < 2**53 and attn * n < 2**53 and kv * (c + n) < 2**53
+        for n, c in chunks
+    )
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.sampled_from([0, 1, 2, 3, 7, 0.5, 1.5, 0.1, 1.1]), st.sampled_from([1, 3, 2**20, 6.5e10, 1.1e10, 0.3]),
+       st.sampled_from([0, 5, 2**30, 2**52, 1.0, 3.5, 0.7]),
+       st.lists(st.tuples(st.integers(0, 5000), st.integers(-3, 3)), min_size=1, max_size=6),
+       st.one_of(st.sampled_from([2**53, 2**53 - 1, 2**53 + 1, 2**52, 10**6]), st.integers(0, 2**53)))  # fmt: skip
+@example(0.1, 3, 5, [(1, 2)], 10**6)  # 0.1 * (c + n) is not 0.1 * c + 0.1 * n here: one rounding, not two
+def test_the_doubles_step_time_at_the_2_53_boundary(kv, params2, attn, offsets, near):
+    """Products at and around 2**53 (ints and floats, exact and rounding): where the doubles
+    answer they are the formula bit for bit, and they answer exactly where Python's exact
+    integer checks pass (int parameters) or its float products stay below 2**53."""
+    from reasonserve.sim.step_times import step_time
+
+    top = int(near // kv) if kv else near  # contexts whose KV bytes land near 2**53
+    chunks = [(n, max(0, top - n + d)) for n, d in offsets]
+    fast = step_time(chunks, params2, attn, kv, 7, 1.5e15, 2.0e12, 0.0)  # no overhead: it would hide last bits
+    flops = bytes_ = 0.0
+    for tokens, context in chunks:
+        flops += params2 * tokens + attn * tokens * (context + tokens / 2)
+        bytes_ += kv * (context + tokens)
+    bytes_ += 7
+    want = max(flops / 1.5e15, bytes_ / 2.0e12) + 0.0
+    if fast is not None:
+        assert repr(fast) == repr(want)
+    if all(type(x) is int for x in (kv, params2, attn)):
+        assert (fast is not None) == _python_exact(params2, attn, kv, chunks)
 
 
 @pytest.mark.parametrize("kind", ["float", "numpy"])

@@ -11,11 +11,12 @@ Python makes happens at the same place here.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Final
 
 __all__ = ["decode_times", "doubles_exact", "step_time"]
 
-_EXACT = 2**53
+_EXACT: Final = 2**53
+_EXACT_F: Final = 9007199254740992.0  # float(2**53)
 
 
 def _integral(x: Any) -> bool:
@@ -64,25 +65,37 @@ def step_time(
     """:meth:`RooflineCostModel.step_s` of ``chunks`` ((tokens, context) pairs, in a list
     or tuple) with ``params2 = 2 * num_params``, or None where a value is not a Python int
     or float or an integer product could pass 2**53 (then the Python formula runs). Any
-    other iterable is None too: the Python formula reads it again from the start."""
+    other iterable is None too: the Python formula reads it again from the start.
+
+    In doubles throughout (compiled: unboxed): each int below 2**53 converts exactly, so
+    ``x * n`` is Python's product whether ``x`` is an int (the exact product, below 2**53,
+    then converted) or a float (``n`` converted first, then one rounding); a product at or
+    past 2**53 rounds to at least 2**53 and fails the same check Python's exact one does."""
     if type(chunks) is not list and type(chunks) is not tuple:
         return None
     if not (_number(params2) and _number(attn) and _number(kv) and _number(weights)):
         return None
+    p: float = float(params2)
+    at: float = float(attn)
+    k: float = float(kv)
+    top: float = _EXACT_F
     flops = bytes_ = 0.0
     for tokens, context in chunks:
-        if type(tokens) is not int or type(context) is not int or not 0 <= tokens < _EXACT:
+        if type(tokens) is not int or type(context) is not int:
             return None
-        if not (0 <= context < _EXACT and params2 * tokens < _EXACT and attn * tokens < _EXACT):
+        n: int = tokens
+        c: int = context
+        if not (0 <= n < _EXACT and 0 <= c < _EXACT):
             return None
-        if not kv * (context + tokens) < _EXACT:
+        nf, cf = float(n), float(c)
+        a = p * nf
+        b = at * nf
+        kb = k * float(c + n)  # Python converts c + n (an int) before a float kv's product too
+        if not (a < top and b < top and kb < top):
             return None
-        a: float = params2 * tokens
-        b: float = attn * tokens
-        c: float = kv * (context + tokens)
-        flops += a + b * (context + tokens / 2)
-        bytes_ += c
-    bytes_ += weights
+        flops += a + b * (cf + nf / 2)
+        bytes_ += kb
+    bytes_ += float(weights)
     compute, memory = flops / peak, bytes_ / bandwidth
     return (memory if memory > compute else compute) + overhead  # max(compute, memory), as max() picks
 
