@@ -83,7 +83,7 @@ class SimInstance:
     # views -----------------------------------------------------------------------------
     def request_view(self, s: SimSequence) -> RequestView:
         """``s`` (waiting or running) as the policy sees it."""
-        r, out, size = s.req, s.num_output, self.block_size
+        out, size = s.num_output, self.block_size
         reasoning, prompt = s.reasoning_tokens, s.prompt_tokens
         phase = _PREFILL if out == 0 else _REASONING if out < reasoning else _ANSWERING
         if s.status == "running":
@@ -92,23 +92,23 @@ class SimInstance:
             need, quantum = -(-(s.num_computed if s.swapped else prompt + out) // size), 0
         times = s.answer_times
         return _new_view(RequestView, (
-            s.request_id, r.arrival_s, phase, prompt, s.num_computed, out, 0, s.num_blocks,
-            need if need > 0 else 0, s.enqueued_s, quantum, reasoning + s.answer_tokens, r.program_id,
-            r.prefix_hashes, False, s.swapped, len(times), self.paced_until(s) if times else None,
+            s.request_id, s.arrival_s, phase, prompt, s.num_computed, out, 0, s.num_blocks,
+            need if need > 0 else 0, s.enqueued_s, quantum, reasoning + s.answer_tokens, s.program_id,
+            s.prefix_hashes, False, s.swapped, len(times), self.paced_until(s) if times else None,
         ))  # fmt: skip
 
     def _running_views(self) -> tuple[RequestView, ...]:
         """:meth:`request_view` of every running request, in one loop."""
         size, paced_until, views = self.block_size, self.paced_until, []
         for s in self.running:
-            r, out, times, held = s.req, s.num_output, s.answer_times, s.num_blocks
+            out, times, held = s.num_output, s.answer_times, s.num_blocks
             prompt, reasoning = s.prompt_tokens, s.reasoning_tokens
             need = -(-(prompt + out) // size) - held
             phase = _PREFILL if out == 0 else _REASONING if out < reasoning else _ANSWERING
             views.append(_new_view(RequestView, (
-                s.request_id, r.arrival_s, phase,
+                s.request_id, s.arrival_s, phase,
                 prompt, s.num_computed, out, 0, held, need if need > 0 else 0, s.enqueued_s, s.quantum_used,
-                reasoning + s.answer_tokens, r.program_id, r.prefix_hashes, False, s.swapped, len(times),
+                reasoning + s.answer_tokens, s.program_id, s.prefix_hashes, False, s.swapped, len(times),
                 paced_until(s) if times else None,
             )))  # fmt: skip
         return tuple(views)

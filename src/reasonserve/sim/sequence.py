@@ -28,9 +28,12 @@ class SimSequence:
     num_preemptions: int = 0
     num_swaps: int = 0
     num_migrations: int = 0
-    # the request's id and token counts, copied: the compiled simulator modules read these
-    # as native attributes at every step (reasonserve.sim.native)
+    # the request's id, arrival, program, prefix and token counts, copied: the compiled
+    # simulator modules read these as native attributes at every step (reasonserve.sim.native)
     request_id: str = field(init=False, repr=False, compare=False)
+    arrival_s: float = field(init=False, repr=False, compare=False)
+    program_id: str | None = field(init=False, repr=False, compare=False)
+    prefix_hashes: tuple[int, ...] = field(init=False, repr=False, compare=False)
     prompt_tokens: int = field(init=False, repr=False, compare=False)
     reasoning_tokens: int = field(init=False, repr=False, compare=False)
     answer_tokens: int = field(init=False, repr=False, compare=False)
@@ -38,6 +41,7 @@ class SimSequence:
     def __post_init__(self) -> None:
         r = self.req
         self.request_id, self.prompt_tokens = r.request_id, r.prompt_tokens
+        self.arrival_s, self.program_id, self.prefix_hashes = r.arrival_s, r.program_id, r.prefix_hashes
         self.reasoning_tokens, self.answer_tokens = r.reasoning_tokens, r.answer_tokens
 
     @property
