@@ -19,6 +19,7 @@ from reasonserve.policies import _order as order_mod
 from reasonserve.policies import _programs as programs_mod
 from reasonserve.policies import flashtts_prefix as prefix_mod
 from reasonserve.policies import lpm as lpm_mod
+from reasonserve.policies import pascal as pascal_mod
 from reasonserve.policies._order import argsort_lazily, lex_order, ranked_lazily
 from reasonserve.policies._programs import Programs
 from reasonserve.policies._ranked import decide_ranked
@@ -463,6 +464,18 @@ def test_ordered_equals_the_plain_sort(keys, field, presorted):
         keys = sorted(keys)
     reqs = _queue(keys, field)
     assert order_mod.ordered(reqs, field) == order_mod.ordered_plain(reqs, field)
+
+
+@settings(max_examples=300, deadline=None)
+@given(KEYS, st.booleans(), st.sampled_from([1, 3, 20]))
+def test_pascals_turn_order_equals_the_plain_sort(keys, presorted, copies):
+    """PASCAL's turn order (Python comparisons below 256 requests, ordered() from there) is
+    the plain sort's: in order, with runs of ties, out of order, NaNs, big ints."""
+    keys = keys * copies
+    if presorted and not any(k != k for k in keys):
+        keys = sorted(keys)
+    reqs = _queue(keys, "enqueued_s")
+    assert pascal_mod._by_enqueue(reqs) == order_mod.ordered_plain(reqs, "enqueued_s")
 
 
 @pytest.mark.parametrize(

@@ -41,8 +41,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from itertools import islice, repeat
-from operator import attrgetter, is_, lt
+from itertools import compress, count, islice, repeat
+from operator import attrgetter, eq, is_, le, lt
 from typing import ClassVar
 
 import numpy as np
@@ -53,7 +53,7 @@ from reasonserve.core.errors import InvalidArgumentError
 from reasonserve.core.phase import Phase
 from reasonserve.core.policy import QUIET_FOREVER
 from reasonserve.core.views import RequestView, SchedulerView
-from reasonserve.policies._order import chunked, column_order, ordered, ordered_plain
+from reasonserve.policies._order import chunked, column_order, order_tie_runs, ordered, ordered_plain
 from reasonserve.policies._ranked import _Fill, fill_segments
 from reasonserve.policies.pacer import TokenPacer
 
@@ -147,12 +147,12 @@ class PascalPolicy:
             demoted = _demoted(cols, limit)
             if order is not None and demoted is not None:
                 return _walk_columns(view.waiting, order, demoted)
-        waiting = _by_enqueue(view.waiting)
-
-        def low(r: RequestView) -> bool:  # inlined self.queue(r) == LOW
-            return r.phase is answering or r.num_prompt_tokens + r.num_output_tokens > limit
-
-        return (r for r in waiting if not low(r)), (r for r in waiting if low(r))
+        waiting = _by_enqueue(view.waiting)  # each walk: self.queue(r) == LOW inlined, no call per request
+        return (
+            (r for r in waiting
+             if not (r.phase is answering or r.num_prompt_tokens + r.num_output_tokens > limit)),
+            (r for r in waiting if r.phase is answering or r.num_prompt_tokens + r.num_output_tokens > limit),
+        )  # fmt: skip
 
     def _split_running(self, running: Sequence[RequestView]) -> tuple[tuple[list, list], tuple[list, list]]:
         """Per queue (high, low): the running requests (within their quantum, expired);
@@ -252,21 +252,29 @@ _INT64_MAX = int(np.iinfo(np.int64).max)
 _NUM_BLOCKS, _BLOCKS_NEEDED = attrgetter("num_blocks"), attrgetter("blocks_needed")
 _ENQUEUED, _PHASE = attrgetter("enqueued_s"), attrgetter("phase")
 _EAGER = 256  # waiting requests a column walk checks one by one before reading every phase
-_SHORT = 32  # below this many requests a plain sort beats ordered()'s numpy passes
+_SHORT = 256  # below this many requests Python's comparisons beat ordered()'s numpy passes
 
 
 def _by_enqueue(requests: Sequence[RequestView]) -> list[RequestView]:
     """``requests`` by (enqueue time, id): :func:`ordered`, whose definition is
-    :func:`ordered_plain` (the same order), taken directly for a short list (as it is when
-    its times strictly increase: a NaN compares False, so never with one)."""
-    if len(requests) < _SHORT:
-        if len(requests) < 2:
-            return list(requests)
-        times = list(map(_ENQUEUED, requests))
-        if all(map(lt, times, islice(times, 1, None))):
-            return list(requests)
-        return ordered_plain(requests, "enqueued_s")
-    return ordered(requests, "enqueued_s")
+    :func:`ordered_plain` (the same order). A list shorter than ``_SHORT`` is read in
+    Python (numpy's per-call cost dominates there): times strictly increasing, as it is;
+    non-decreasing, each run of equal times by id (what the plain sort does with a list it
+    finds in order); anything else (out of order, a NaN), the plain sort."""
+    n = len(requests)
+    if n >= _SHORT:
+        return ordered(requests, "enqueued_s")
+    if n < 2:
+        return list(requests)
+    times = list(map(_ENQUEUED, requests))
+    if all(map(lt, times, islice(times, 1, None))):
+        return list(requests)
+    if all(map(le, times, islice(times, 1, None))):  # a NaN compares False: never with one
+        ties = list(compress(count(), map(eq, times, islice(times, 1, None))))
+        out = order_tie_runs(requests, ties, _ENQUEUED)
+        if out is not None:
+            return out
+    return ordered_plain(requests, "enqueued_s")
 
 
 def _all_fit(view: SchedulerView) -> bool:
