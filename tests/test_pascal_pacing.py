@@ -182,8 +182,9 @@ def test_starving_first_keeps_quiet_stretches_exact():
         res = simulate(reqs, replace(cfg, skip_quiet_steps=skip),
                        lambda: PascalPolicy(quantum=9, demote_threshold_tokens=70, starving_first=TokenPacer(0.1)))
         outcomes.append(([astuple(s) for s in res.sequences], res.end_s, res.steps))
+        preempted = sum(s.num_preemptions for s in res.sequences)
     assert outcomes[0] == outcomes[1]
-    assert sum(s[-3] for s in outcomes[0][0]) > 0  # preemptions happened
+    assert preempted > 0
 
 
 def test_starving_first_must_be_a_pacer():

@@ -25,7 +25,6 @@ __all__ = ["SimInstance"]
 
 _PREFILL, _REASONING, _ANSWERING = Phase.PREFILL, Phase.REASONING, Phase.ANSWERING
 _new_view = tuple.__new__  # a RequestView from its 18 fields, without the keyword-handling constructor
-_UNPACED = (0, None)  # the pacer's state before a request's first answer token
 
 
 class SimInstance:
@@ -48,8 +47,6 @@ class SimInstance:
         self._waiting_tuple: tuple[RequestView, ...] | None = None  # the queue's views while it holds
         self._waiting_load: tuple[int, int, float | None] | None = None  # see waiting_load
         self.pacer = TokenPacer(config.tpot_slo_s)  # PASCAL's token pacer over each answer
-        # per request (by identity): (answer tokens read, when its reader will have read them)
-        self._paced: dict[SimSequence, tuple[int, float | None]] = {}
         quiet = config.skip_quiet_steps and config.decode_steps_per_event == 1
         self._idle_quiet = quiet and quiet_without_waiting(self.policy)  # see _batch_fits
 
@@ -114,13 +111,14 @@ class SimInstance:
         return tuple(views)
 
     def paced_until(self, s: SimSequence) -> float | None:
-        """When the pacer has released ``s``'s answer tokens so far (carried forward)."""
+        """When the pacer has released ``s``'s answer tokens so far, carried forward on ``s``
+        (a left fold: the same wherever it resumes; every instance's pacer has the config's
+        TPOT)."""
         times = s.answer_times
-        n, until = self._paced.get(s, _UNPACED)
-        if len(times) > n:
-            until = released_from(times, n, until, self.pacer.tpot_s)  # the pacer's fold, compiled
-            self._paced[s] = (len(times), until)
-        return until
+        if len(times) > s.paced_tokens:
+            s.paced_s = released_from(times, s.paced_tokens, s.paced_s, self.pacer.tpot_s)  # compiled fold
+            s.paced_tokens = len(times)
+        return s.paced_s
 
     def _waiting_view(self, s: SimSequence) -> RequestView:
         """A waiting request's view, built once per stay in the queue (it does not change there)."""
@@ -448,6 +446,7 @@ class SimInstance:
             self._waiting_changed()
             self._waiting_views.pop(s.request_id, None)
         s.num_blocks, s.status, s.finish_reason, s.finished_s = 0, "finished", reason, now_s
+        s.paced_tokens, s.paced_s = 0, None  # a cache of live requests, not a result: the same however it ran
         del self.by_id[s.request_id]
         self.finished.append(s)
 

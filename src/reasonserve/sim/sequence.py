@@ -37,12 +37,18 @@ class SimSequence:
     prompt_tokens: int = field(init=False, repr=False, compare=False)
     reasoning_tokens: int = field(init=False, repr=False, compare=False)
     answer_tokens: int = field(init=False, repr=False, compare=False)
+    # the token pacer's fold carried forward while the request is live (SimInstance.paced_until):
+    # over its first ``paced_tokens`` answer times, the reader has read them all at ``paced_s``;
+    # reset when it finishes
+    paced_tokens: int = field(init=False, repr=False, compare=False)
+    paced_s: float | None = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         r = self.req
         self.request_id, self.prompt_tokens = r.request_id, r.prompt_tokens
         self.arrival_s, self.program_id, self.prefix_hashes = r.arrival_s, r.program_id, r.prefix_hashes
         self.reasoning_tokens, self.answer_tokens = r.reasoning_tokens, r.answer_tokens
+        self.paced_tokens, self.paced_s = 0, None
 
     @property
     def num_tokens(self) -> int:
