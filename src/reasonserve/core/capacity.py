@@ -27,8 +27,12 @@ def check_capacity(
 ) -> None:
     """``plan``: has ``preempt``/``finish`` (request ids leaving) and ``admit`` (sequences,
     in order). Raises ``bad(decision, reason)`` at the first admission that does not fit."""
-    leaving = [s for s in running if s.request_id in plan.preempt or s.request_id in plan.finish]
-    staying = [s for s in running if s.request_id not in plan.preempt and s.request_id not in plan.finish]
+    preempt, finish = plan.preempt, plan.finish
+    if preempt or finish:
+        leaving = [s for s in running if s.request_id in preempt or s.request_id in finish]
+        staying = [s for s in running if s.request_id not in preempt and s.request_id not in finish]
+    else:  # nothing leaves (a plan of admissions): one copy, no membership test per request
+        leaving, staying = [], list(running)
     seats = len(staying) + len(plan.admit)
     if plan.admit and seats > max_num_seqs:
         raise bad(plan.admit[-1], f"makes {seats} running requests; max_num_seqs is {max_num_seqs}")

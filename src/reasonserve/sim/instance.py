@@ -5,6 +5,8 @@ so the same policy objects run on both."""
 
 from __future__ import annotations
 
+from typing import Final
+
 from reasonserve.core.errors import PolicyError
 from reasonserve.core.phase import Phase
 from reasonserve.core.policy import check_policy, policy_name, quiet_without_waiting
@@ -23,8 +25,12 @@ from reasonserve.sim.workload import SimRequest
 
 __all__ = ["SimInstance"]
 
-_PREFILL, _REASONING, _ANSWERING = Phase.PREFILL, Phase.REASONING, Phase.ANSWERING
-_new_view = tuple.__new__  # a RequestView from its 18 fields, without the keyword-handling constructor
+# Final: compiled, these are C statics (not a module-dict lookup per running request per view)
+_PREFILL: Final = Phase.PREFILL
+_REASONING: Final = Phase.REASONING
+_ANSWERING: Final = Phase.ANSWERING
+_VIEW: Final = RequestView
+_new_view: Final = tuple.__new__  # a RequestView from its 18 fields, without the keyword-handling constructor
 
 
 class SimInstance:
@@ -88,7 +94,7 @@ class SimInstance:
         else:
             need, quantum = -(-(s.num_computed if s.swapped else prompt + out) // size), 0
         times = s.answer_times
-        return _new_view(RequestView, (
+        return _new_view(_VIEW, (
             s.request_id, s.arrival_s, phase, prompt, s.num_computed, out, 0, s.num_blocks,
             need if need > 0 else 0, s.enqueued_s, quantum, reasoning + s.answer_tokens, s.program_id,
             s.prefix_hashes, False, s.swapped, len(times), self.paced_until(s) if times else None,
@@ -102,7 +108,7 @@ class SimInstance:
             prompt, reasoning = s.prompt_tokens, s.reasoning_tokens
             need = -(-(prompt + out) // size) - held
             phase = _PREFILL if out == 0 else _REASONING if out < reasoning else _ANSWERING
-            views.append(_new_view(RequestView, (
+            views.append(_new_view(_VIEW, (
                 s.request_id, s.arrival_s, phase,
                 prompt, s.num_computed, out, 0, held, need if need > 0 else 0, s.enqueued_s, s.quantum_used,
                 reasoning + s.answer_tokens, s.program_id, s.prefix_hashes, False, s.swapped, len(times),
