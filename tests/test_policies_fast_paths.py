@@ -474,8 +474,35 @@ def test_pascals_turn_order_equals_the_plain_sort(keys, presorted, copies):
     keys = keys * copies
     if presorted and not any(k != k for k in keys):
         keys = sorted(keys)
-    reqs = _queue(keys, "enqueued_s")
-    assert pascal_mod._by_enqueue(reqs) == order_mod.ordered_plain(reqs, "enqueued_s")
+    reqs = _queue(keys, "enqueued_s")  # ids repeat every 17 requests: equal views, told apart by identity
+    assert list(map(id, pascal_mod._by_enqueue(reqs))) == list(map(id, order_mod.ordered_plain(reqs, "enqueued_s")))
+
+
+@pytest.mark.parametrize("n", [2, 31, 32, 255, 256])  # the old short-list bound, and the new one
+@pytest.mark.parametrize(
+    "times",
+    [
+        lambda i: ["b", "a", "a", "c"][i % 4 if i % 8 else 1],  # str times: Python's order, ties by id
+        lambda i: sorted(["a", "b"] * 200)[i],  # str times in order, two runs of ties
+        lambda i: [1, 1.0, 2**53, float(2**53), 2**53 + 1][min(i // 3, 4)],  # int and float equal, then not
+        lambda i: [2**70, 2**70 + 1, float(2**70)][i % 3],  # beyond int64, some round to the same float
+    ],
+)
+def test_pascals_turn_order_on_hostile_times(n, times):
+    """str times, ints that equal floats, ints beyond 2**53 and int64, duplicate ids: the
+    same requests, in the same order, as the plain sort, on both sides of both bounds."""
+    reqs = [_queue([times(i)], "enqueued_s")[0]._replace(request_id=f"q{(5 * i) % 7}") for i in range(n)]
+    assert list(map(id, pascal_mod._by_enqueue(reqs))) == list(map(id, order_mod.ordered_plain(reqs, "enqueued_s")))
+
+
+def test_pascals_turn_order_raises_where_the_plain_sort_does():
+    """Times that do not compare (a str among floats): a TypeError, as the plain sort's."""
+    for n in (3, 40, 300):
+        reqs = _queue([float(i) for i in range(n - 1)] + ["x"], "enqueued_s")
+        with pytest.raises(TypeError):
+            order_mod.ordered_plain(reqs, "enqueued_s")
+        with pytest.raises(TypeError):
+            pascal_mod._by_enqueue(reqs)
 
 
 @pytest.mark.parametrize(
