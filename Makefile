@@ -10,8 +10,9 @@ PYTEST_ARGS ?=
 # build would fetch another torch). setup.py still installs when the build fails.
 NATIVE_SRC := setup.py $(wildcard src/reasonserve/_csrc/*)
 # The simulator's per-step modules, compiled with mypyc (optional: the sources run otherwise);
-# rebuilt when they or the modules they import from change (sim/native.py, dependencies()).
-SIM_SRC := scripts/compile_sim.py $(wildcard src/reasonserve/sim/*.py src/reasonserve/core/*.py src/reasonserve/policies/*.py)
+# rebuilt when they or the modules they import from change (reasonserve/native.py, dependencies()).
+SIM_SRC := scripts/compile_sim.py src/reasonserve/native.py \
+	$(wildcard src/reasonserve/sim/*.py src/reasonserve/core/*.py src/reasonserve/policies/*.py)
 EDITABLE := --no-build-isolation -e
 
 .PHONY: demo test test-adapters lint typecheck docs bench clean

@@ -3,7 +3,7 @@
 ``python benchmarks/sim_compiled.py [--requests 2000] [--runs 5] [--rate medium]``: one
 ``simulate()`` of ``benchmarks/policies.py``'s PASCAL setting (8 instances, 32B model, a
 low / medium / high arrival rate)
-per child process, the two implementations alternated (``reasonserve.sim.native``
+per child process, the two implementations alternated (``reasonserve.native``
 picks at import: ``REASONSERVE_PURE_PYTHON=0/1``), medians of the runs' CPU and wall
 seconds, simulated requests per minute of each, and a hash over every request's
 timeline, the placements and migrations, which must be the same both ways. Writes
@@ -29,7 +29,8 @@ import hashlib, json, pathlib, sys, time
 sys.path.insert(0, {here!r})
 import policies as P
 from _policies_speed import _outcome
-from reasonserve.sim import load_lengths, native, poisson_workload, simulate
+from reasonserve import native
+from reasonserve.sim import load_lengths, poisson_workload, simulate
 table = load_lengths("servegen", pathlib.Path({data!r}), seed=0)
 reqs = poisson_workload(table, P.RATE_FRACTIONS[{rate!r}] * P._capacity_rps(table, P.CONFIG), {n}, seed=0)
 cpu, wall = time.process_time(), time.perf_counter()

@@ -10,8 +10,8 @@ from hypothesis import HealthCheck, settings
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
-# The suite runs the simulator's Python sources (some tests patch its internals);
-# tests/test_sim_compiled.py runs the simulator tests again on the compiled modules.
+# The suite runs the Python sources of the compiled set (some tests patch its internals);
+# tests/test_sim_compiled.py runs the simulator and policy tests again on the compiled modules.
 os.environ.setdefault("REASONSERVE_PURE_PYTHON", "1")
 
 settings.register_profile(
@@ -24,20 +24,22 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 
 
 def pytest_report_header(config):
-    from reasonserve.sim import native, simulator  # noqa: F401  (imports the set)
+    from reasonserve import native
+    from reasonserve.sim import simulator  # noqa: F401  (imports the set)
 
-    return f"reasonserve.sim modules: {'compiled' if native.compiled() else 'sources'}"
+    return f"reasonserve compiled set: {'compiled' if native.compiled() else 'sources'}"
 
 
 def pytest_collection_modifyitems(config, items):
     """Tests marked ``gpu`` skip cleanly, with a reason, where there is no CUDA; tests marked
-    ``sources_only`` where the simulator runs compiled (REASONSERVE_PURE_PYTHON=0)."""
+    ``sources_only`` where the compiled set runs (REASONSERVE_PURE_PYTHON=0)."""
     import pytest
 
-    from reasonserve.sim import native, simulator  # noqa: F401  (imports the set)
+    from reasonserve import native
+    from reasonserve.sim import simulator  # noqa: F401  (imports the set)
 
     if native.compiled():
-        skip_compiled = pytest.mark.skip(reason="patches the simulator's internals: runs on its sources only")
+        skip_compiled = pytest.mark.skip(reason="patches internals of the compiled set: runs on its sources only")
         for item in items:
             if "sources_only" in item.keywords:
                 item.add_marker(skip_compiled)

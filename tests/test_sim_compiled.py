@@ -1,9 +1,11 @@
-"""The simulator's compiled modules (scripts/compile_sim.py, mypyc) against its sources.
+"""The compiled set (reasonserve.native: the simulator's per-step modules and the policy
+code they call; scripts/compile_sim.py, mypyc) against its sources.
 
-The rest of the suite runs the sources (tests/conftest.py). Here the simulator tests run
-again, in a child pytest, on the compiled modules; and whole simulations of the PASCAL
-setting's policies must come out identical, field by field, both ways. Under ``CI=true``
-the compiled build must be there (``make test`` builds it); elsewhere these skip without it."""
+The rest of the suite runs the sources (tests/conftest.py). Here the simulator and policy
+tests run again, in a child pytest, on the compiled modules; and whole simulations of the
+PASCAL setting's policies must come out identical, field by field, both ways. Under
+``CI=true`` the compiled build must be there (``make test`` builds it); elsewhere these
+skip without it."""
 
 from __future__ import annotations
 
@@ -18,18 +20,22 @@ from pathlib import Path
 
 import pytest
 
-from reasonserve.sim import native
+from reasonserve import native
 
 ROOT = Path(__file__).resolve().parent.parent
-SIM_DIR = ROOT / "src" / "reasonserve" / "sim"
+PACKAGE_DIR = ROOT / "src" / "reasonserve"
+# the simulator's and the policies' tests (not the Ray Serve and HTTP hosts': the policy
+# tests cover the decisions those hosts apply)
 SIM_TESTS = sorted(
     str(p.relative_to(ROOT))
     for p in (ROOT / "tests").glob("test_*.py")
-    if p.name != Path(__file__).name and "reasonserve.sim" in p.read_text()
+    if p.name != Path(__file__).name
+    and not p.name.startswith(("test_ray_serve", "test_clients_http"))
+    and ("reasonserve.sim" in p.read_text() or "reasonserve.policies" in p.read_text())
 )
 
 
-BUILT = native.built_current(SIM_DIR)  # read once: hashes the set's sources and imports
+BUILT = native.built_current(PACKAGE_DIR)  # read once: hashes the set's sources and imports
 
 if not BUILT and os.environ.get("CI") == "true":
     raise AssertionError("CI: the compiled simulator modules are missing or stale (make test builds them)")
@@ -44,11 +50,11 @@ def _env(pure: bool) -> dict[str, str]:
 
 
 @needs_build
-def test_the_simulator_tests_pass_on_the_compiled_modules():
-    assert len(SIM_TESTS) >= 10, SIM_TESTS
+def test_the_simulator_and_policy_tests_pass_on_the_compiled_modules():
+    assert len(SIM_TESTS) >= 20 and "tests/test_policies_fast_paths.py" in SIM_TESTS, SIM_TESTS
     cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-m", "not sources_only", *SIM_TESTS]
     proc = subprocess.run(cmd, cwd=ROOT, env=_env(pure=False), capture_output=True, text=True, timeout=1200)
-    assert "reasonserve.sim modules: compiled" in proc.stdout, proc.stdout[-3000:]
+    assert "reasonserve compiled set: compiled" in proc.stdout, proc.stdout[-3000:]
     assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-2000:]
     assert " passed" in proc.stdout and " failed" not in proc.stdout
 
@@ -58,7 +64,8 @@ _RUN = textwrap.dedent("""
     from reasonserve.core.decisions import Stop
     from reasonserve.policies import FCFSPolicy, PascalPolicy, RoundRobinPolicy
     from reasonserve.policies.router import LeastKVRouter, PascalRouter
-    from reasonserve.sim import SimConfig, SimRequest, native, simulate
+    from reasonserve import native
+    from reasonserve.sim import SimConfig, SimRequest, simulate
 
     class Stops(PascalPolicy):  # also stops waiting requests: the finish path
         def decide(self, view):
@@ -113,14 +120,13 @@ def test_the_loader_picks_compiled_sources_or_stale(tmp_path, monkeypatch):
     extensions); no extension at all: the sources, without a finder."""
     monkeypatch.setattr(sys, "meta_path", list(sys.meta_path))  # the finder goes into this copy
     monkeypatch.delenv(native.PURE_ENV, raising=False)
-    pkg = tmp_path / "reasonserve" / "sim"
-    pkg.mkdir(parents=True)
+    pkg = tmp_path / "reasonserve"
     for m in native.MODULES:
-        native.source_path(m, pkg).write_text("x = 1\n")
+        _write(native.source_path(m, pkg), "x = 1\n")
     assert native.prefer_sources(pkg) == "sources" and not _finders(pkg)
     suffix = importlib.machinery.EXTENSION_SUFFIXES[0]
     for m in native.MODULES:
-        (pkg / (m.rsplit(".", 1)[1] + suffix)).write_bytes(b"")
+        native.extension_path(m, suffix, pkg).write_bytes(b"")
     (pkg / native.MANIFEST).write_text(json.dumps(native.manifest(pkg)))
     library = tmp_path / (native.LIBRARY + suffix)  # the shared library, beside the package
     library.write_bytes(b"")
@@ -134,11 +140,17 @@ def test_the_loader_picks_compiled_sources_or_stale(tmp_path, monkeypatch):
     with pytest.warns(RuntimeWarning, match="do not match their sources"):
         assert native.prefer_sources(pkg) == "stale"
     (finder,) = _finders(pkg)
-    spec = finder.find_spec(native.MODULES[-1], None)
-    assert spec.origin == str(native.source_path(native.MODULES[-1], pkg))
+    for m in native.MODULES:  # every package of the set: the policy modules and the simulator's
+        assert finder.find_spec(m, None).origin == str(native.source_path(m, pkg))
+    assert {m.split(".")[1] for m in native.MODULES} == {"policies", "sim"}
     assert finder.find_spec("reasonserve.sim.config", None) is None  # not in the set: the usual finders
     (pkg / native.MANIFEST).write_text("{not json")
     assert native._built(pkg) is None
+
+
+def _write(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
 
 
 def _finders(root: Path) -> list:
@@ -152,12 +164,11 @@ def test_the_loader_runs_the_sources_without_this_trees_library_or_with_a_leftov
     from the set since the build loads from source too (never a mixed set)."""
     monkeypatch.setattr(sys, "meta_path", list(sys.meta_path))
     monkeypatch.delenv(native.PURE_ENV, raising=False)
-    pkg = tmp_path / "reasonserve" / "sim"
-    pkg.mkdir(parents=True)
+    pkg = tmp_path / "reasonserve"
     suffix = importlib.machinery.EXTENSION_SUFFIXES[0]
-    for stem in [m.rsplit(".", 1)[1] for m in native.MODULES] + ["dropped"]:
-        native.source_path(f"reasonserve.sim.{stem}", pkg).write_text("x = 1\n")
-        (pkg / (stem + suffix)).write_bytes(b"")
+    for m in [*native.MODULES, "reasonserve.sim.dropped", "reasonserve.policies.dropped"]:
+        _write(native.source_path(m, pkg), "x = 1\n")
+        native.extension_path(m, suffix, pkg).write_bytes(b"")
     (pkg / native.MANIFEST).write_text(json.dumps(native.manifest(pkg)))
     with pytest.warns(RuntimeWarning, match="do not match their sources"):
         assert native.prefer_sources(pkg) == "stale"  # no library beside the package
@@ -169,8 +180,10 @@ def test_the_loader_runs_the_sources_without_this_trees_library_or_with_a_leftov
     with pytest.warns(RuntimeWarning, match="another tree's build"):
         assert native.prefer_sources(pkg) == "stale"  # another tree's library is loaded
     (finder,) = _finders(pkg)
-    assert finder.find_spec("reasonserve.sim.dropped", None).origin == str(pkg / "dropped.py")
+    assert finder.find_spec("reasonserve.sim.dropped", None).origin == str(pkg / "sim" / "dropped.py")
+    assert finder.find_spec("reasonserve.policies.dropped", None).origin == str(pkg / "policies" / "dropped.py")
     assert finder.find_spec("reasonserve.sim.config", None) is None  # no extension: the usual finders
+    assert finder.find_spec("reasonserve.core.dropped", None) is None  # not a package of the set
     monkeypatch.setattr(sys, "meta_path", [f for f in sys.meta_path if f not in _finders(pkg)])
     monkeypatch.delitem(sys.modules, native.LIBRARY)
     with pytest.warns(RuntimeWarning):
@@ -184,15 +197,13 @@ def test_an_edit_to_a_module_the_set_imports_makes_the_build_stale(tmp_path, mon
     the set; a manifest from before the imports were recorded is stale too."""
     monkeypatch.setattr(sys, "meta_path", list(sys.meta_path))
     monkeypatch.delenv(native.PURE_ENV, raising=False)
-    pkg = tmp_path / "reasonserve" / "sim"
-    (tmp_path / "reasonserve" / "core").mkdir(parents=True)
-    pkg.mkdir()
-    decisions = tmp_path / "reasonserve" / "core" / "decisions.py"
-    decisions.write_text("class Order:\n    request_ids: tuple[str, ...]\n")
+    pkg = tmp_path / "reasonserve"
+    decisions = pkg / "core" / "decisions.py"
+    _write(decisions, "class Order:\n    request_ids: tuple[str, ...]\n")
     suffix = importlib.machinery.EXTENSION_SUFFIXES[0]
     for m in native.MODULES:
-        native.source_path(m, pkg).write_text("from reasonserve.core.decisions import Order\nimport os, reasonserve.missing\n")
-        (pkg / (m.rsplit(".", 1)[1] + suffix)).write_bytes(b"")
+        _write(native.source_path(m, pkg), "from reasonserve.core.decisions import Order\nimport os, reasonserve.missing\n")
+        native.extension_path(m, suffix, pkg).write_bytes(b"")
     assert native.dependencies(pkg) == ("reasonserve.core.decisions",)  # not os, not a missing module
     library = tmp_path / (native.LIBRARY + suffix)
     library.write_bytes(b"")

@@ -41,8 +41,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from itertools import compress, count, islice, repeat
-from operator import attrgetter, eq, is_, le, lt
+from itertools import repeat
+from operator import attrgetter, is_
 from typing import ClassVar
 
 import numpy as np
@@ -53,14 +53,22 @@ from reasonserve.core.errors import InvalidArgumentError
 from reasonserve.core.phase import Phase
 from reasonserve.core.policy import QUIET_FOREVER
 from reasonserve.core.views import RequestView, SchedulerView
-from reasonserve.policies._order import chunked, column_order, order_tie_runs, ordered, ordered_plain
-from reasonserve.policies._ranked import _Fill, fill_segments
+from reasonserve.policies._order import chunked, column_order
 from reasonserve.policies.pacer import TokenPacer
+from reasonserve.policies.pascal_queues import NO_PACE as _NO_PACE
+from reasonserve.policies.pascal_queues import (
+    all_fit,
+    fill_queues,
+    queues_by_turn,
+    quiet_steps,
+    split_running,
+)
+from reasonserve.policies.pascal_queues import by_enqueue as _by_enqueue
+from reasonserve.policies.pascal_queues import paced as _paced
 
 __all__ = ["PascalPolicy"]
 
 HIGH, LOW = 0, 1
-_NO_PACE = float("-inf")  # no answer token yet, or no pacer: ranks first in its group
 
 
 def _check_int(name: str, value: object, low: int) -> None:
@@ -115,69 +123,31 @@ class PascalPolicy:
         return (LOW, 2 if expired else 0, *_paced(r))
 
     def decide(self, view: SchedulerView) -> Sequence[Decision]:
-        if not view.waiting and _all_fit(view):  # the ranking orders only running requests that all fit
+        if not view.waiting and all_fit(view):  # the ranking orders only running requests that all fit
             return []
-        by_turn = _BY_TURN
-        (fresh_hi, expired_hi), (fresh_lo, expired_lo) = self._split_running(view.running)
+        running = split_running(view.running, self.quantum, self.demote_threshold_tokens)
         waiting_hi, waiting_lo = self._split_waiting(view)  # lazily, by turn
-        high = [(_by_enqueue(fresh_hi), waiting_hi, by_turn), (_by_enqueue(expired_hi), (), by_turn)]
         starving: list[RequestView] = []
         if self.starving_first is not None:
             waiting_lo = list(waiting_lo)
             dry = [self._starving(r, view.now_s) for r in waiting_lo]  # read each pacer once
             starving = sorted((r for r, d in zip(waiting_lo, dry, strict=True) if d), key=_paced)
             waiting_lo = [r for r, d in zip(waiting_lo, dry, strict=True) if not d]
-        low_queue = [
-            ((), starving, by_turn),  # empty unless starving_first
-            (sorted(fresh_lo, key=_paced) if len(fresh_lo) > 1 else fresh_lo, (), by_turn),  # keep seats
-            ((), waiting_lo, by_turn),
-            (sorted(expired_lo, key=_paced) if len(expired_lo) > 1 else expired_lo, (), by_turn),
-        ]
-        return _fill_queues(view, (high, low_queue), self.mode)
+        return fill_queues(view, running, waiting_hi, waiting_lo, starving, self.mode)
 
     def _split_waiting(self, view: SchedulerView) -> tuple[Iterator[RequestView], Iterator[RequestView]]:
         """The waiting requests of the high and of the low queue, each by turn (enqueue time,
         id), lazily. With the host's columns: one numpy sort of the enqueue-time column and
         the demotion test on the token columns; a request's phase is read when it is reached.
         Else (or where the columns cannot decide as the objects do) one sort of the objects."""
-        limit, answering = self.demote_threshold_tokens, Phase.ANSWERING
+        limit = self.demote_threshold_tokens
         if view.waiting_columns is not None:
             cols = columns_of(view)
             order = column_order(cols.column("enqueued_s"), view.waiting)
             demoted = _demoted(cols, limit)
             if order is not None and demoted is not None:
                 return _walk_columns(view.waiting, order, demoted)
-        waiting = _by_enqueue(view.waiting)  # each walk: self.queue(r) == LOW inlined, no call per request
-        return (
-            (r for r in waiting
-             if not (r.phase is answering or r.num_prompt_tokens + r.num_output_tokens > limit)),
-            (r for r in waiting if r.phase is answering or r.num_prompt_tokens + r.num_output_tokens > limit),
-        )  # fmt: skip
-
-    def _split_running(self, running: Sequence[RequestView]) -> tuple[tuple[list, list], tuple[list, list]]:
-        """Per queue (high, low): the running requests (within their quantum, expired);
-        :meth:`queue` and :meth:`quantum_used` inlined (one pass, no calls per request)."""
-        quantum, limit, answering = self.quantum, self.demote_threshold_tokens, Phase.ANSWERING
-        fresh_hi: list[RequestView] = []
-        expired_hi: list[RequestView] = []
-        fresh_lo: list[RequestView] = []
-        expired_lo: list[RequestView] = []
-        for r in running:
-            used = r.quantum_used
-            if r.phase is answering:
-                answered = r.num_answer_tokens
-                if answered is not None and answered < used:
-                    used = answered
-                (expired_lo if used >= quantum else fresh_lo).append(r)
-                continue
-            over = r.num_prompt_tokens + r.num_output_tokens - limit
-            if over <= 0:
-                (expired_hi if used >= quantum else fresh_hi).append(r)
-                continue
-            if over < used and r.num_prompt_tokens <= limit:
-                used = over
-            (expired_lo if used >= quantum else fresh_lo).append(r)
-        return (fresh_hi, expired_hi), (fresh_lo, expired_lo)
+        return queues_by_turn(_by_enqueue(view.waiting), limit)  # self.queue(r) == LOW inlined
 
     def _starving(self, r: RequestView, now_s: float) -> bool:
         until = r.paced_until_s
@@ -189,8 +159,8 @@ class PascalPolicy:
         waiting, for ever; else until a running request's quantum expires in a queue with
         requests waiting, or a running reasoning request passes the demotion threshold. With
         ``starving_first``, one step while a waiting answering reader has not run dry yet
-        (it may at any time). One pass over the running requests (:meth:`_split_running`'s
-        classification inlined)."""
+        (it may at any time). One pass over the running requests
+        (:func:`~reasonserve.policies.pascal_queues.quiet_steps`)."""
         if not view.waiting:
             return QUIET_FOREVER
         if self.starving_first is not None and any(  # a reader may start starving at any step
@@ -198,93 +168,12 @@ class PascalPolicy:
             for r in view.waiting
         ):
             return 1
-        wait_hi, wait_lo = self._waiting_queues(view.waiting)
-        quantum, limit, answering = self.quantum, self.demote_threshold_tokens, Phase.ANSWERING
-        steps = QUIET_FOREVER
-        for r in view.running:
-            used = r.quantum_used
-            if r.phase is answering:
-                answered = r.num_answer_tokens
-                if answered is not None and answered < used:
-                    used = answered
-                if wait_lo and used < quantum and quantum - used < steps:
-                    steps = quantum - used
-                continue
-            over = r.num_prompt_tokens + r.num_output_tokens - limit
-            if over <= 0:  # high; it passes the demotion threshold in 1 - over steps
-                if wait_hi and used < quantum and quantum - used < steps:
-                    steps = quantum - used
-                if 1 - over < steps:
-                    steps = 1 - over
-                continue
-            if over < used and r.num_prompt_tokens <= limit:
-                used = over
-            if wait_lo and used < quantum and quantum - used < steps:
-                steps = quantum - used
-        return max(1, steps)
-
-    def _waiting_queues(self, waiting: Sequence[RequestView]) -> tuple[bool, bool]:
-        """Whether some waiting request is in the high queue, in the low queue (stops once both)."""
-        limit, answering = self.demote_threshold_tokens, Phase.ANSWERING
-        hi = lo = False
-        for r in waiting:
-            if r.phase is answering or r.num_prompt_tokens + r.num_output_tokens > limit:
-                lo = True
-            else:
-                hi = True
-            if hi and lo:
-                break
-        return hi, lo
+        return quiet_steps(view, self.quantum, self.demote_threshold_tokens)
 
 
-def _fill_queues(view: SchedulerView, queues, mode: str | None) -> list[Decision]:
-    """:func:`reasonserve.policies._ranked.decide_segments` over the queues' segments in
-    order, with a head-of-line block that ends at its queue's end."""
-    fill = _Fill(view, mode)
-    for segments in queues:
-        fill.blocked = False  # the low queue uses what the high queue could not
-        fill_segments(fill, segments)
-    return fill.preempts + fill.admits
-
-
-_BY_TURN = attrgetter("enqueued_s", "request_id")
 _INT64_MAX = int(np.iinfo(np.int64).max)
-_NUM_BLOCKS, _BLOCKS_NEEDED = attrgetter("num_blocks"), attrgetter("blocks_needed")
-_ENQUEUED, _PHASE = attrgetter("enqueued_s"), attrgetter("phase")
+_PHASE = attrgetter("phase")
 _EAGER = 256  # waiting requests a column walk checks one by one before reading every phase
-_SHORT = 256  # below this many requests Python's comparisons beat ordered()'s numpy passes
-
-
-def _by_enqueue(requests: Sequence[RequestView]) -> list[RequestView]:
-    """``requests`` by (enqueue time, id): :func:`ordered`, whose definition is
-    :func:`ordered_plain` (the same order). A list shorter than ``_SHORT`` is read in
-    Python (numpy's per-call cost dominates there): times strictly increasing, as it is;
-    non-decreasing, each run of equal times by id (what the plain sort does with a list it
-    finds in order); anything else (out of order, a NaN), the plain sort."""
-    n = len(requests)
-    if n >= _SHORT:
-        return ordered(requests, "enqueued_s")
-    if n < 2:
-        return list(requests)
-    times = list(map(_ENQUEUED, requests))
-    if all(map(lt, times, islice(times, 1, None))):
-        return list(requests)
-    if all(map(le, times, islice(times, 1, None))):  # a NaN compares False: never with one
-        ties = list(compress(count(), map(eq, times, islice(times, 1, None))))
-        out = order_tie_runs(requests, ties, _ENQUEUED)
-        if out is not None:
-            return out
-    return ordered_plain(requests, "enqueued_s")
-
-
-def _all_fit(view: SchedulerView) -> bool:
-    """Whether every running request keeps its seat, in any order: they fit the seats and,
-    with no negative cost, the blocks together (:meth:`_Fill.running` for each, in turn)."""
-    running = view.running
-    if len(running) > view.max_num_seqs:
-        return False
-    held, needed = list(map(_NUM_BLOCKS, running)), list(map(_BLOCKS_NEEDED, running))
-    return sum(needed) <= view.free_blocks and min(held + needed, default=0) >= 0
 
 
 def _demoted(cols: QueueColumns, limit: int) -> np.ndarray | None:
@@ -334,10 +223,3 @@ def _walk_columns(
             yield from map(waiting.__getitem__, chunked(rest[(demoted | answering_rows())[rest]]))
 
     return high(), low()
-
-
-def _paced(r: RequestView) -> tuple:
-    """Low-queue order of running requests: the reader that runs dry first goes first."""
-    until = r.paced_until_s
-    paced = until is not None and until == until  # NaN (a broken host value) reads as no pacer
-    return (until if paced else _NO_PACE, r.enqueued_s, r.request_id)

@@ -1,10 +1,6 @@
 """A seeded discrete-event simulator of N serving instances with a roofline cost model,
 running the same policy objects as the embedded engine. Its per-step modules run compiled
-when the build could compile them (:mod:`reasonserve.sim.native`)."""
-
-from reasonserve.sim.native import prefer_sources
-
-prefer_sources()  # before any module of the compiled set is imported
+when the build could compile them (:mod:`reasonserve.native`)."""
 
 from reasonserve.sim.config import SimConfig
 from reasonserve.sim.cost_model import RooflineCostModel

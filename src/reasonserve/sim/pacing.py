@@ -1,5 +1,5 @@
 """The token pacer's release time over a request's answer tokens, as the simulator reads
-it at every step (a module of the compiled set, :mod:`reasonserve.sim.native`).
+it at every step (a module of the compiled set, :mod:`reasonserve.native`).
 
 :meth:`reasonserve.policies.pacer.TokenPacer.released_until` is the definition; this is
 the same fold in the same float operations (``last = max(g, last + tpot)`` as ``max()``

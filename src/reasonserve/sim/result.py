@@ -1,5 +1,5 @@
 """What :func:`reasonserve.sim.simulate` returns (outside the compiled set of
-:mod:`reasonserve.sim.native`, so it pickles and copies as a plain dataclass)."""
+:mod:`reasonserve.native`, so it pickles and copies as a plain dataclass)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """The roofline's step times in C doubles (a module of the compiled set,
-:mod:`reasonserve.sim.native`), for :class:`RooflineCostModel`'s ``step_s`` and
+:mod:`reasonserve.native`), for :class:`RooflineCostModel`'s ``step_s`` and
 ``decode_iterations_s``.
 
 The same float operations as the Python formulas, in the same order, and bit for bit the

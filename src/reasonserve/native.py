@@ -1,18 +1,20 @@
-"""The simulator's hot modules, compiled with mypyc when the build could (``make`` runs
+"""The modules on the simulator's per-step path (its event loop, instances, quiet
+stretches, plans, runs, and the policy code it calls at every step: PASCAL's queues and the
+ranked fill), compiled with mypyc when the build could (``make`` runs
 ``scripts/compile_sim.py``), else their Python sources: the same code either way.
 
 The build writes each module's extension beside its source, their shared library
-(``reasonserve_sim__mypyc``) beside the package and a manifest of the SHA-256 of their
-sources and of the ``reasonserve`` modules they import from (mypyc typed the compiled
-code against those: :func:`dependencies`) in ``_native.json``. A compiled module
-loads only when every module of the set was built from the sources now on disk (its
-imports' too), with the shared library of this tree (loaded from its path
-here, never another tree's found first on ``sys.path``); otherwise (a source edited since
-the build, a partial build) or with ``REASONSERVE_PURE_PYTHON=1`` (read once, when the
-package is imported) every module of the set,
-and any other module of the package left an extension by an earlier build, loads from
-its source, through a finder placed ahead of the extension modules. A compiled set is
-used all or none: compiled modules call one another directly.
+(:data:`LIBRARY`) beside the package and a manifest of the SHA-256 of their sources and of
+the ``reasonserve`` modules they import from (mypyc typed the compiled code against those:
+:func:`dependencies`) in ``_native.json`` in the package. A compiled module loads only when
+every module of the set was built from the sources now on disk (its imports' too), with the
+shared library of this tree (loaded from its path here, never another tree's found first on
+``sys.path``); otherwise (a source edited since the build, a partial build) or with
+``REASONSERVE_PURE_PYTHON=1`` (read once, when the package is imported) every module of the
+set, and any other module of the set's packages left an extension by an earlier build, loads
+from its source, through a finder placed ahead of the extension modules. A compiled set is
+used all or none: compiled modules call one another directly. ``reasonserve/__init__.py``
+decides (:func:`prefer_sources`) before any module of the set can be imported.
 
 Standalone (no imports from the package): the build script loads this file by path.
 """
@@ -32,12 +34,15 @@ from collections.abc import Sequence
 from pathlib import Path
 
 __all__ = [
-    "LIBRARY", "MODULES", "PURE_ENV", "built_current", "compiled", "dependencies", "digests", "library_path",
-    "manifest", "prefer_sources", "use_sources",
+    "GROUP", "LIBRARY", "MODULES", "PURE_ENV", "built_current", "compiled", "dependencies", "digests",
+    "extension_path", "library_path", "manifest", "prefer_sources", "source_path", "use_sources",
 ]  # fmt: skip
 
-# the per-step path of simulate(): the event loop, instances, quiet stretches, plans, runs
+# the per-step path of simulate(): the event loop, instances, quiet stretches, plans, runs,
+# and the policy code it calls at every step that is not quiet
 MODULES = (
+    "reasonserve.policies._ranked",
+    "reasonserve.policies.pascal_queues",
     "reasonserve.sim.step_times",
     "reasonserve.sim.instance",
     "reasonserve.sim.pacing",
@@ -49,19 +54,28 @@ MODULES = (
 )
 PURE_ENV = "REASONSERVE_PURE_PYTHON"  # 1/true/yes/on: load the sources even when compiled modules exist
 MANIFEST = "_native.json"
-LIBRARY = "reasonserve_sim__mypyc"  # the shared library the modules' extensions import, in src/
-_HERE = Path(__file__).resolve().parent
-_PACKAGE = "reasonserve.sim"
+GROUP = "reasonserve_native"  # mypyc's name for the set: its shared library is LIBRARY
+LIBRARY = GROUP + "__mypyc"  # the shared library the modules' extensions import, in src/
+_HERE = Path(__file__).resolve().parent  # the reasonserve package's dir
+_PACKAGES = frozenset(m.rpartition(".")[0] for m in MODULES)
 
 
 def source_path(module: str, root: Path = _HERE) -> Path:
-    """The source file of ``module`` (one of :data:`MODULES`) in the package dir ``root``."""
-    return root / (module.rsplit(".", 1)[1] + ".py")
+    """The source file of ``module`` (a ``reasonserve`` module, one of :data:`MODULES` say)
+    under the package dir ``root``."""
+    return root.joinpath(*module.split(".")[1:]).with_suffix(".py")
+
+
+def extension_path(module: str, suffix: str, root: Path = _HERE) -> Path:
+    """Where the build puts ``module``'s extension (``suffix``: one of the interpreter's
+    extension suffixes), beside its source."""
+    source = source_path(module, root)
+    return source.with_name(source.stem + suffix)
 
 
 def _module_source(module: str, root: Path) -> Path | None:
-    """The source of any ``reasonserve`` module, ``root`` being the simulator package's dir."""
-    path = root.parent.parent.joinpath(*module.split("."))
+    """The source of any ``reasonserve`` module (a package's ``__init__.py``)."""
+    path = root.parent.joinpath(*module.split("."))
     for candidate in (path.with_suffix(".py"), path / "__init__.py"):
         if candidate.is_file():
             return candidate
@@ -116,7 +130,7 @@ def _built(root: Path) -> dict[str, str] | None:
         manifest = json.loads((root / MANIFEST).read_text())
     except (OSError, ValueError):
         return None
-    if library_path(root) is None or not all(_extension(root, m.rsplit(".", 1)[1]) for m in MODULES):
+    if library_path(root) is None or not all(_extension(root, m) for m in MODULES):
         return None
     if not isinstance(manifest, dict) or not isinstance(manifest.get("dependencies"), list):
         return None  # also a manifest from before the dependencies were recorded
@@ -126,18 +140,18 @@ def _built(root: Path) -> dict[str, str] | None:
     return built
 
 
-def _extension(root: Path, stem: str) -> bool:
-    return any((root / (stem + s)).exists() for s in importlib.machinery.EXTENSION_SUFFIXES)
+def _extension(root: Path, module: str) -> bool:
+    return any(extension_path(module, s, root).exists() for s in importlib.machinery.EXTENSION_SUFFIXES)
 
 
 def _extensions_present(root: Path) -> bool:
-    return any(_extension(root, m.rsplit(".", 1)[1]) for m in MODULES)
+    return any(_extension(root, m) for m in MODULES)
 
 
 def library_path(root: Path = _HERE) -> Path | None:
-    """The build's shared library beside the package ``root`` (``src/``), or None."""
+    """The build's shared library beside the package dir ``root`` (in ``src/``), or None."""
     for suffix in importlib.machinery.EXTENSION_SUFFIXES:
-        path = root.parent.parent / (LIBRARY + suffix)
+        path = root.parent / (LIBRARY + suffix)
         if path.exists():
             return path
     return None
@@ -164,16 +178,16 @@ def _load_library(path: Path) -> bool:
 
 
 class _Sources(importlib.abc.MetaPathFinder):
-    """Finds the modules of :data:`MODULES`, and any other module of the package with an
+    """Finds the modules of :data:`MODULES`, and any other module of their packages with an
     extension beside its source (one dropped from the set since the build), as their
-    ``.py`` sources in ``root``."""
+    ``.py`` sources under ``root``."""
 
     def __init__(self, root: Path) -> None:
         self.root = root
 
     def find_spec(self, fullname: str, path: Sequence[str] | None, target: object = None):
-        package, _, stem = fullname.rpartition(".")
-        if fullname not in MODULES and not (package == _PACKAGE and _extension(self.root, stem)):
+        package = fullname.rpartition(".")[0]
+        if fullname not in MODULES and not (package in _PACKAGES and _extension(self.root, fullname)):
             return None
         source = source_path(fullname, self.root)
         return importlib.util.spec_from_file_location(fullname, source) if source.exists() else None
@@ -199,7 +213,7 @@ def prefer_sources(root: Path = _HERE) -> str:
         return "compiled"
     use_sources(root)
     warnings.warn(
-        "reasonserve.sim: the compiled simulator modules do not match their sources (they or a module "
+        "reasonserve: the compiled simulator modules do not match their sources (they or a module "
         "they import edited since the build, a partial build, or another tree's build loaded); running "
         "the Python sources. "
         "Rebuild: python scripts/compile_sim.py",
