@@ -507,6 +507,7 @@ def test_pascals_turn_order_raises_where_the_plain_sort_does():
             pascal_mod._by_enqueue(reqs)
 
 
+@pytest.mark.sources_only  # spies on _order internals, which compiled code calls directly
 @pytest.mark.parametrize(
     ("keys", "branch"),
     [

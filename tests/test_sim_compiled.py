@@ -140,9 +140,9 @@ def test_the_loader_picks_compiled_sources_or_stale(tmp_path, monkeypatch):
     with pytest.warns(RuntimeWarning, match="do not match their sources"):
         assert native.prefer_sources(pkg) == "stale"
     (finder,) = _finders(pkg)
-    for m in native.MODULES:  # every package of the set: the policy modules and the simulator's
+    for m in native.MODULES:  # every package of the set: core, the policies and the simulator
         assert finder.find_spec(m, None).origin == str(native.source_path(m, pkg))
-    assert {m.split(".")[1] for m in native.MODULES} == {"policies", "sim"}
+    assert {m.split(".")[1] for m in native.MODULES} == {"core", "policies", "sim"}
     assert finder.find_spec("reasonserve.sim.config", None) is None  # not in the set: the usual finders
     (pkg / native.MANIFEST).write_text("{not json")
     assert native._built(pkg) is None

@@ -1,6 +1,6 @@
 """The modules on the simulator's per-step path (its event loop, instances, quiet
-stretches, plans, runs, and the policy code it calls at every step: PASCAL's queues and the
-ranked fill), compiled with mypyc when the build could (``make`` runs
+stretches, plans, runs, and the code it calls at every step: the capacity rule, PASCAL's
+queues, the ranked fill and the queue orderings), compiled with mypyc when the build could (``make`` runs
 ``scripts/compile_sim.py``), else their Python sources: the same code either way.
 
 The build writes each module's extension beside its source, their shared library
@@ -39,8 +39,10 @@ __all__ = [
 ]  # fmt: skip
 
 # the per-step path of simulate(): the event loop, instances, quiet stretches, plans, runs,
-# and the policy code it calls at every step that is not quiet
+# and the code it calls at every step that is not quiet (the capacity rule, the policies')
 MODULES = (
+    "reasonserve.core.capacity",
+    "reasonserve.policies._order",
     "reasonserve.policies._ranked",
     "reasonserve.policies.pascal_queues",
     "reasonserve.sim.step_times",

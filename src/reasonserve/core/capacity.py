@@ -2,7 +2,10 @@
 ``decision_check`` and the simulator's ``plan``): the requests that stay plus those
 admitted fit the seats, and the blocks they need this step (growth of those staying, then
 each admission in order) fit the free blocks plus those released by the requests leaving.
-The host supplies its own block arithmetic; the rule is written once, here."""
+The host supplies its own block arithmetic; the rule is written once, here.
+
+A module of the compiled set (:mod:`reasonserve.native`: the simulator checks every plan):
+the host's values are typed ``Any``, read as Python reads them."""
 
 from __future__ import annotations
 
@@ -15,14 +18,14 @@ __all__ = ["check_capacity"]
 
 
 def check_capacity(
-    plan,
+    plan: Any,
     running: Sequence,
     *,
-    max_num_seqs: int,
-    free_blocks: int,
-    released: Callable[[list], int],
-    growth: Callable[[Any], int],
-    admission_blocks: Callable[[Any], int],
+    max_num_seqs: Any,
+    free_blocks: Any,
+    released: Callable[[list], Any],
+    growth: Callable[[Any], Any],
+    admission_blocks: Callable[[Any], Any],
     bad: Callable[..., Exception],
 ) -> None:
     """``plan``: has ``preempt``/``finish`` (request ids leaving) and ``admit`` (sequences,
