@@ -71,9 +71,7 @@ def ordered(requests: Sequence[Any], field: str) -> list[Any]:
     return ordered_plain(requests, field)
 
 
-def order_tie_runs(
-    requests: Sequence[Any], equal: list[int], key: Callable[[Any], object]
-) -> list[Any] | None:
+def order_tie_runs(requests: Sequence[Any], equal: list[int], key: Callable[[Any], Any]) -> list[Any] | None:
     """``requests`` (in non-decreasing order of their numpy keys) with each run of equal
     keys sorted by id (stable: :func:`ordered_plain`'s order); ``equal``: the ascending
     ``i`` whose numpy key equals the next one's. None when a run's Python values differ

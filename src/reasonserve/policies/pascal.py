@@ -125,15 +125,18 @@ class PascalPolicy:
     def decide(self, view: SchedulerView) -> Sequence[Decision]:
         if not view.waiting and all_fit(view):  # the ranking orders only running requests that all fit
             return []
-        running = split_running(view.running, self.quantum, self.demote_threshold_tokens)
+        fresh_hi, expired_hi, fresh_lo, expired_lo = split_running(
+            view.running, self.quantum, self.demote_threshold_tokens
+        )
         waiting_hi, waiting_lo = self._split_waiting(view)  # lazily, by turn
+        high = (_by_enqueue(fresh_hi), _by_enqueue(expired_hi))
         starving: list[RequestView] = []
         if self.starving_first is not None:
             waiting_lo = list(waiting_lo)
             dry = [self._starving(r, view.now_s) for r in waiting_lo]  # read each pacer once
             starving = sorted((r for r, d in zip(waiting_lo, dry, strict=True) if d), key=_paced)
             waiting_lo = [r for r, d in zip(waiting_lo, dry, strict=True) if not d]
-        return fill_queues(view, running, waiting_hi, waiting_lo, starving, self.mode)
+        return fill_queues(view, high, (fresh_lo, expired_lo), waiting_hi, waiting_lo, starving, self.mode)
 
     def _split_waiting(self, view: SchedulerView) -> tuple[Iterator[RequestView], Iterator[RequestView]]:
         """The waiting requests of the high and of the low queue, each by turn (enqueue time,

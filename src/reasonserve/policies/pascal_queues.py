@@ -65,7 +65,7 @@ def by_enqueue(requests: Any) -> list:
     return ordered_plain(requests, "enqueued_s")
 
 
-def all_fit(view: Any) -> bool:
+def all_fit(view: Any) -> Any:
     """Whether every running request keeps its seat, in any order: they fit the seats and,
     with no negative cost, the blocks together (:meth:`_Fill.running` for each, in turn)."""
     running = view.running
@@ -103,20 +103,20 @@ def split_running(running: Any, quantum: Any, limit: Any) -> tuple[list, list, l
     return fresh_hi, expired_hi, fresh_lo, expired_lo
 
 
-def queues_by_turn(waiting: list, limit: Any) -> tuple[Any, Any]:
+def queues_by_turn(waiting: Any, limit: Any) -> tuple[Any, Any]:
     """The requests of ``waiting`` (in turn order) of the high queue and of the low queue,
     each lazily (a walk stops once its queue's admission is blocked)."""
     return _high(waiting, limit), _low(waiting, limit)
 
 
-def _high(waiting: list, limit: Any) -> Any:
+def _high(waiting: Any, limit: Any) -> Any:
     answering = Phase.ANSWERING
     for r in waiting:
         if not (r.phase is answering or r.num_prompt_tokens + r.num_output_tokens > limit):
             yield r
 
 
-def _low(waiting: list, limit: Any) -> Any:
+def _low(waiting: Any, limit: Any) -> Any:
     answering = Phase.ANSWERING
     for r in waiting:
         if r.phase is answering or r.num_prompt_tokens + r.num_output_tokens > limit:
@@ -124,19 +124,15 @@ def _low(waiting: list, limit: Any) -> Any:
 
 
 def fill_queues(
-    view: Any,
-    running: tuple[list, list, list, list],
-    waiting_hi: Any,
-    waiting_lo: Any,
-    starving: Any,
-    mode: Any,
+    view: Any, high: Any, low: Any, waiting_hi: Any, waiting_lo: Any, starving: Any, mode: Any
 ) -> list[Decision]:
-    """The decisions of PASCAL's ranking: the high queue (running within their quantum and
-    waiting, interleaved by turn; then the expired), then the low queue (``starving``
-    readers; running within their quantum by :func:`paced`; waiting by turn; expired by
-    :func:`paced`), each queue's admission head-of-line on its own."""
-    fresh_hi, expired_hi, fresh_lo, expired_lo = running
-    fresh_hi, expired_hi = by_enqueue(fresh_hi), by_enqueue(expired_hi)
+    """The decisions of PASCAL's ranking: the high queue (``high``: its running requests within
+    their quantum and expired, each by turn; the first interleaved with ``waiting_hi`` by
+    turn), then the low queue (``starving`` readers; ``low``'s running requests within their
+    quantum by :func:`paced`; ``waiting_lo`` by turn; ``low``'s expired by :func:`paced`),
+    each queue's admission head-of-line on its own."""
+    fresh_hi, expired_hi = high
+    fresh_lo, expired_lo = low
     if len(fresh_lo) > 1:
         fresh_lo = sorted(fresh_lo, key=paced)
     if len(expired_lo) > 1:
