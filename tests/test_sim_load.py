@@ -15,6 +15,7 @@ from reasonserve.policies.pascal import PascalPolicy
 from reasonserve.policies.router import InstanceLoad, PascalRouter
 from reasonserve.sim import SimConfig, SimRequest, simulate
 from reasonserve.sim.instance import SimInstance
+from reasonserve.sim.quiet import instance_load
 
 CFG = SimConfig(num_instances=1, kv_capacity_tokens=1024, model="qwen2.5-7b", quantum_tokens=4,
                 skip_quiet_steps=False)  # fmt: skip
@@ -69,10 +70,11 @@ def test_an_unchecked_load_is_the_checked_one():
     """The simulator builds its loads without the constructor's checks (its values are its
     own counts); every field lands where the checked constructor puts it."""
     values = ("3", 7, False, 2, 5, 11)
-    load = InstanceLoad.unchecked(*values)
-    assert load == InstanceLoad(*values) and dataclasses.astuple(load) == values
-    with pytest.raises(dataclasses.FrozenInstanceError):
-        load.num_reasoning = 1  # type: ignore[misc]
+    for load in (InstanceLoad.unchecked(*values), instance_load(*values)):  # the router's and the simulator's
+        assert type(load) is InstanceLoad
+        assert load == InstanceLoad(*values) and dataclasses.astuple(load) == values
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            load.num_reasoning = 1  # type: ignore[misc]
 
 
 @pytest.mark.sources_only

@@ -59,13 +59,16 @@ class InstanceLoad:
 
 
 _new = object.__new__
-_ID, _FOOTPRINT, _SLO_OK, _REASONING, _FRESH, _FREE = (
+# InstanceLoad's slot setters, in field order: unchecked() and the simulator's compiled
+# builder (reasonserve.sim.quiet.instance_load) set every field with them
+LOAD_SETTERS = tuple(
     getattr(InstanceLoad, name).__set__
     for name in (
         "instance_id", "kv_blocks_footprint", "answering_slo_ok", "num_reasoning", "num_fresh_answering",
         "free_kv_blocks",
     )
 )  # fmt: skip
+_ID, _FOOTPRINT, _SLO_OK, _REASONING, _FRESH, _FREE = LOAD_SETTERS
 
 
 class Router(Protocol):

@@ -18,7 +18,7 @@ from reasonserve.sim.cost_model import RooflineCostModel
 from reasonserve.sim.pacing import released_from
 from reasonserve.sim.plan import SimPlan, check_plan
 from reasonserve.sim.profile import ProfileCostModel
-from reasonserve.sim.quiet import QuietRun, start_quiet
+from reasonserve.sim.quiet import QuietRun, instance_load, start_quiet
 from reasonserve.sim.run import StepRun
 from reasonserve.sim.sequence import SimSequence
 from reasonserve.sim.workload import SimRequest
@@ -211,9 +211,8 @@ class SimInstance:
             if s.answer_times and not behind:
                 behind = pacer.starving(self.paced_until(s), now_s)  # type: ignore[arg-type]
         used = self.total_blocks - self.free_blocks
-        return InstanceLoad.unchecked(
-            self.instance_id, used + self.host_blocks, not behind, reasoning, fresh, self.free_blocks
-        )
+        footprint = used + self.host_blocks
+        return instance_load(self.instance_id, footprint, not behind, reasoning, fresh, self.free_blocks)
 
     def observed_load(self, now_s: float, inclusive: bool, pacer: TokenPacer) -> InstanceLoad:
         """:meth:`load` at an observation at ``now_s`` (see :meth:`settle`); a quiet stretch
