@@ -234,6 +234,26 @@ def test_hostile_decision_fields_are_policy_errors(make, match):
         _hostile_run(make)
 
 
+@pytest.mark.parametrize(
+    ("config", "match"),
+    [({"max_num_seqs": 2}, "makes 3 running requests; max_num_seqs is 2"),
+     ({"kv_capacity_tokens": 96, "block_size": 16}, r"needs \d+ KV blocks in all with the running requests' growth; 6 are free")],
+)  # fmt: skip
+def test_plans_over_the_capacity_are_policy_errors(config, match):
+    """The shared capacity rule (core/capacity.py, compiled with the simulator) refuses a
+    plan that admits past the seats or the blocks, with the rule's own message."""
+    from reasonserve.core import PolicyError
+    from reasonserve.policies import FCFSPolicy
+
+    class Greedy(FCFSPolicy):  # admits every waiting request, fitting or not
+        def decide(self, view):
+            return [Admit(r.request_id) for r in view.waiting]
+
+    reqs = [SimRequest(f"r{i}", 0.0, 40, 12, 6) for i in range(3)]
+    with pytest.raises(PolicyError, match=match):
+        simulate(reqs, SimConfig(num_instances=1, model="qwen2.5-7b", **config), Greedy)
+
+
 def test_decision_fields_of_other_integer_and_sequence_types_are_read_as_such():
     import numpy as np
 
