@@ -1,7 +1,8 @@
 """The modules on the simulator's per-step path (its event loop, instances, quiet
 stretches, plans, runs, and the code it calls at every step: the capacity rule, PASCAL's
-queues, the ranked fill and the queue orderings), compiled with mypyc when the build could (``make`` runs
-``scripts/compile_sim.py``), else their Python sources: the same code either way.
+queues, the ranked fill and the queue orderings), compiled with mypyc when the build could
+(``make`` runs ``scripts/compile_sim.py``), else their Python sources: the same code either
+way.
 
 The build writes each module's extension beside its source, their shared library
 (:data:`LIBRARY`) beside the package and a manifest of the SHA-256 of their sources and of

@@ -34,7 +34,9 @@ view's time) ranks ahead of the running answering requests, earliest release tim
 Pure: the ranking is a function of the view (phase, token counts, quantum used, answer
 tokens, pacer release time, enqueue time, id). The token pacer and QoE live in
 :mod:`reasonserve.policies.pacer`; instance placement (Algorithms 1 and 2) in
-:mod:`reasonserve.policies.router`.
+:mod:`reasonserve.policies.router`; the per-step work (the running requests split by queue
+and quantum, the queues by turn, the fill, the quiet-steps bound) in
+:mod:`reasonserve.policies.pascal_queues`, which the simulator's build compiles.
 """
 
 from __future__ import annotations
