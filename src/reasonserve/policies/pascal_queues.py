@@ -12,6 +12,7 @@ comparable values give the same decisions, or raise the same errors, either way)
 
 from __future__ import annotations
 
+from operator import attrgetter
 from typing import Any
 
 from reasonserve.core.decisions import Decision
@@ -23,17 +24,10 @@ from reasonserve.policies._ranked import _Fill, fill_segments
 __all__ = ["SHORT", "all_fit", "by_enqueue", "fill_queues", "paced", "queues_by_turn", "quiet_steps",
            "split_running"]  # fmt: skip
 
+_ENQUEUED = attrgetter("enqueued_s")
+_BY_TURN = attrgetter("enqueued_s", "request_id")  # a request's turn
 NO_PACE = float("-inf")  # no answer token yet, or no pacer: ranks first in its group
 SHORT = 256  # below this many requests Python's comparisons beat ordered()'s numpy passes
-
-
-def _enqueued(r: Any) -> Any:
-    return r.enqueued_s
-
-
-def by_turn(r: Any) -> tuple:
-    """A request's turn: (enqueue time, id)."""
-    return (r.enqueued_s, r.request_id)
 
 
 def paced(r: Any) -> tuple:
@@ -59,7 +53,7 @@ def by_enqueue(requests: Any) -> list:
         return list(requests)
     if all(times[i] <= times[i + 1] for i in range(n - 1)):  # a NaN compares False: never with one
         ties = [i for i in range(n - 1) if times[i] == times[i + 1]]
-        out = order_tie_runs(requests, ties, _enqueued)
+        out = order_tie_runs(requests, ties, _ENQUEUED)
         if out is not None:
             return out
     return ordered_plain(requests, "enqueued_s")
@@ -106,20 +100,15 @@ def split_running(running: Any, quantum: Any, limit: Any) -> tuple[list, list, l
 def queues_by_turn(waiting: Any, limit: Any) -> tuple[Any, Any]:
     """The requests of ``waiting`` (in turn order) of the high queue and of the low queue,
     each lazily (a walk stops once its queue's admission is blocked)."""
-    return _high(waiting, limit), _low(waiting, limit)
+    return _of_queue(waiting, limit, False), _of_queue(waiting, limit, True)
 
 
-def _high(waiting: Any, limit: Any) -> Any:
+def _of_queue(waiting: Any, limit: Any, low: bool) -> Any:
+    """The requests of ``waiting`` in the low queue (answering, or past ``limit``) if ``low``,
+    else those in the high queue."""
     answering = Phase.ANSWERING
     for r in waiting:
-        if not (r.phase is answering or r.num_prompt_tokens + r.num_output_tokens > limit):
-            yield r
-
-
-def _low(waiting: Any, limit: Any) -> Any:
-    answering = Phase.ANSWERING
-    for r in waiting:
-        if r.phase is answering or r.num_prompt_tokens + r.num_output_tokens > limit:
+        if bool(r.phase is answering or r.num_prompt_tokens + r.num_output_tokens > limit) == low:
             yield r
 
 
@@ -138,10 +127,10 @@ def fill_queues(
     if len(expired_lo) > 1:
         expired_lo = sorted(expired_lo, key=paced)
     fill = _Fill(view, mode)
-    fill_segments(fill, [(fresh_hi, waiting_hi, by_turn), (expired_hi, (), by_turn)])
+    fill_segments(fill, [(fresh_hi, waiting_hi, _BY_TURN), (expired_hi, (), _BY_TURN)])
     fill.blocked = False  # the low queue uses what the high queue could not
-    fill_segments(fill, [((), starving, by_turn), (fresh_lo, (), by_turn), ((), waiting_lo, by_turn),
-                         (expired_lo, (), by_turn)])  # fmt: skip
+    fill_segments(fill, [((), starving, _BY_TURN), (fresh_lo, (), _BY_TURN), ((), waiting_lo, _BY_TURN),
+                         (expired_lo, (), _BY_TURN)])  # fmt: skip
     return fill.preempts + fill.admits
 
 
