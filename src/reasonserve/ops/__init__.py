@@ -17,7 +17,7 @@ from reasonserve.ops.mean import mean, mean_reference
 from reasonserve.ops.mode import OVERRIDDEN_OPS, deterministic_mode, is_deterministic_mode
 from reasonserve.ops.paged_attention import paged_attention, paged_attention_reference
 from reasonserve.ops.rms_norm import rms_norm, rms_norm_reference
-from reasonserve.ops.sampling import greedy, gumbel_noise, sample
+from reasonserve.ops.sampling import greedy, gumbel_noise, sample, sample_into
 from reasonserve.ops.softmax import (
     log_softmax,
     log_softmax_reference,
@@ -49,6 +49,7 @@ __all__ = [
     "rms_norm",
     "rms_norm_reference",
     "sample",
+    "sample_into",
     "silu",
     "softmax",
     "softmax_reference",

@@ -30,7 +30,7 @@ __all__ = ["ISAS", "ISA_ENV", "available", "available_isas", "load_error", "ops"
 #: Instruction-set variants, by the index the C++ ops take.
 ISAS = ("generic", "avx2", "avx512")
 ISA_ENV = "REASONSERVE_CPU_ISA"
-_SOURCES = ("ops.cpp", "kernels_generic.cpp", "kernels_avx2.cpp", "kernels_avx512.cpp")
+_SOURCES = ("ops.cpp", "kernels_generic.cpp", "kernels_avx2.cpp", "kernels_avx512.cpp", "seeded_sample.cpp")
 _CFLAGS = ["-O3", "-std=c++17", "-ffp-contract=off", "-fno-trapping-math", "-Wno-psabi", "-fopenmp"]
 _LOCK = threading.Lock()
 _STATE: dict[str, object] = {}
