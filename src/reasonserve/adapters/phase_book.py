@@ -62,12 +62,20 @@ class PhaseAwareConfig:
         return PascalPolicy(quantum=self.quantum, demote_threshold_tokens=self.demote_threshold_tokens)
 
     @classmethod
-    def from_mapping(cls, mapping: object) -> PhaseAwareConfig:
+    def from_mapping(cls, mapping: object, *, quantum: bool = True) -> PhaseAwareConfig:
         """From ``{"think_end_token_id": 151668, "quantum": 500, ...}`` (JSON a user passes
-        to the engine: vLLM ``--additional-config '{"reasonserve": {...}}'``)."""
+        to the engine: vLLM ``--additional-config '{"reasonserve": {...}}'``).
+        ``quantum=False``: a host where the quantum has no effect refuses the key."""
         if not isinstance(mapping, Mapping):
             raise InvalidTypeError(f"the {CONFIG_KEY!r} settings must be a JSON object, got {mapping!r}")
-        known = {"think_end_token_id", "think_end_token_ids", "quantum", "demote_threshold_tokens"}
+        known = {"think_end_token_id", "think_end_token_ids", "demote_threshold_tokens"} | (
+            {"quantum"} if quantum else set()
+        )
+        if not quantum and "quantum" in mapping:
+            raise InvalidArgumentError(
+                "'quantum' has no effect here: this host's hook orders only admission (PASCAL's queues), "
+                "never the running requests a quantum rotates; remove it"
+            )
         unknown = sorted(set(mapping) - known)
         if unknown:
             raise InvalidArgumentError(f"unknown {CONFIG_KEY!r} settings {unknown}; known: {sorted(known)}")

@@ -2,7 +2,8 @@
 
 vLLM loads every entry point of the group in every worker at start-up and refuses to
 start when one fails to import (or, on Model Runner V2, is not a V2 processor class).
-This module imports nothing but the standard library. When vLLM asks for
+This module imports only the standard library (and reasonserve's package root, which
+imports torch: vLLM has loaded it already); no vLLM module. When vLLM asks for
 ``SeededSamplingPlugin`` it checks the installed vLLM against the supported range
 (:data:`SUPPORTED`) and imports the real processor
 (:class:`reasonserve.adapters.vllm.logits_v2.SeededSamplingPlugin`); when either fails
