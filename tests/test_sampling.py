@@ -194,10 +194,13 @@ def test_dead_rows_nan_rows_and_ties_follow_the_rules():
         ops.sample(logits, **kw)
 
 
-@pytest.mark.parametrize("impl", ["torch", "native"])
-def test_sample_into_writes_one_hot_rows_in_place_and_skips_the_rest(impl):
+@pytest.mark.parametrize("impl", ["torch", "native", "triton"])
+def test_sample_into_writes_one_hot_rows_in_place_and_skips_the_rest(impl, monkeypatch):
     if impl == "native" and not _native_built():
         pytest.skip("the native extension is not built here")
+    if impl == "triton":
+        pytest.importorskip("triton", reason="Triton is not installed")
+        monkeypatch.setenv("TRITON_INTERPRET", "1")
     logits, kw, _ = _battery(torch.float32)
     logits[1, 11] = 0.0
     before = logits.clone()

@@ -77,46 +77,46 @@ def _sample_kernel(
     ONE_HOT: tl.constexpr, LN2_: tl.constexpr, SQRT2_: tl.constexpr, C: tl.constexpr, BLOCK: tl.constexpr,
 ):  # fmt: skip
     i = tl.program_id(0)
-    if tl.load(active_ptr + i) == 0:
+    if tl.load(active_ptr + i) == 0:  # a row the caller skips: not read
         tl.store(out_ptr + i, -2)
-        return
-    row = tl.load(rows_ptr + i)
-    state = tl.load(state_ptr + i).to(tl.uint32)
-    temp = tl.load(temp_ptr + i)
-    thr = tl.load(thr_ptr + i)
-    greedy = temp == _f64(0.0)
-    divisor = tl.where(greedy, _f64(1.0), temp)
-    base = x_ptr + row.to(tl.int64) * stride_x
-    best = tl.full((BLOCK,), float("-inf"), tl.float64)
-    best_col = tl.full((BLOCK,), 2147483647, tl.int32)
-    first_nan = tl.full((BLOCK,), 2147483647, tl.int32)
-    for c0 in range(0, V, BLOCK):
-        cols = c0 + tl.arange(0, BLOCK)
-        inside = cols < V
-        x = tl.load(base + cols, mask=inside, other=float("-inf")).to(tl.float64)
-        s = x / divisor
-        u = (_column_hash(state, cols).to(tl.float64) + _f64(0.5)) / _f64(4294967296.0)
-        g = -_log64(-_log64(u, LN2_, SQRT2_, C), LN2_, SQRT2_, C)
-        scored = tl.where(s >= thr, s + g, float("-inf"))
-        score = tl.where(greedy, x, scored)
-        is_nan = x != x
-        first_nan = tl.minimum(first_nan, tl.where(is_nan, cols, 2147483647))
-        score = tl.where(is_nan, float("-inf"), score)
-        better = score > best
-        best = tl.where(better, score, best)
-        best_col = tl.where(better, cols, best_col)
-    top = tl.max(best, axis=0)
-    token = tl.min(tl.where(best == top, best_col, 2147483647), axis=0).to(tl.int64)
-    token = tl.where(top == float("-inf"), -1, token)
-    nan_col = tl.min(first_nan, axis=0)
-    token = tl.where(nan_col < 2147483647, nan_col.to(tl.int64), token)
-    tl.store(out_ptr + i, token)
-    if ONE_HOT:  # noqa: SIM102 (a compile-time branch around a run-time one)
-        if token >= 0:
-            for c0 in range(0, V, BLOCK):
-                cols = c0 + tl.arange(0, BLOCK)
-                hot = tl.where(cols == token, 0.0, float("-inf"))
-                tl.store(base + cols, hot.to(x_ptr.dtype.element_ty), mask=cols < V)
+    else:
+        row = tl.load(rows_ptr + i)
+        state = tl.load(state_ptr + i).to(tl.uint32)
+        temp = tl.load(temp_ptr + i)
+        thr = tl.load(thr_ptr + i)
+        greedy = temp == _f64(0.0)
+        divisor = tl.where(greedy, _f64(1.0), temp)
+        base = x_ptr + row.to(tl.int64) * stride_x
+        best = tl.full((BLOCK,), float("-inf"), tl.float64)
+        best_col = tl.full((BLOCK,), 2147483647, tl.int32)
+        first_nan = tl.full((BLOCK,), 2147483647, tl.int32)
+        for c0 in range(0, V, BLOCK):
+            cols = c0 + tl.arange(0, BLOCK)
+            inside = cols < V
+            x = tl.load(base + cols, mask=inside, other=float("-inf")).to(tl.float64)
+            s = x / divisor
+            u = (_column_hash(state, cols).to(tl.float64) + _f64(0.5)) / _f64(4294967296.0)
+            g = -_log64(-_log64(u, LN2_, SQRT2_, C), LN2_, SQRT2_, C)
+            scored = tl.where(s >= thr, s + g, float("-inf"))
+            score = tl.where(greedy, x, scored)
+            is_nan = x != x
+            first_nan = tl.minimum(first_nan, tl.where(is_nan, cols, 2147483647))
+            score = tl.where(is_nan, float("-inf"), score)
+            better = score > best
+            best = tl.where(better, score, best)
+            best_col = tl.where(better, cols, best_col)
+        top = tl.max(best, axis=0)
+        token = tl.min(tl.where(best == top, best_col, 2147483647), axis=0).to(tl.int64)
+        token = tl.where(top == float("-inf"), -1, token)
+        nan_col = tl.min(first_nan, axis=0)
+        token = tl.where(nan_col < 2147483647, nan_col.to(tl.int64), token)
+        tl.store(out_ptr + i, token)
+        if ONE_HOT:  # noqa: SIM102 (a compile-time branch around a run-time one)
+            if token >= 0:
+                for c0 in range(0, V, BLOCK):
+                    cols = c0 + tl.arange(0, BLOCK)
+                    hot = tl.where(cols == token, 0.0, float("-inf"))
+                    tl.store(base + cols, hot.to(x_ptr.dtype.element_ty), mask=cols < V)
 
 
 def sample_triton(
