@@ -62,12 +62,12 @@ def _extra_peak_bytes(fn, device: str) -> int | None:
     return torch.cuda.max_memory_allocated() - start
 
 
-def run(device: str, dtype: torch.dtype, batches: list[int], repeats: int, one_hot: bool) -> None:
+def run(device: str, dtype: torch.dtype, batches: list[int], repeats: int, one_hot: bool, top_ps) -> None:
     rows_out = []
     for rows in batches:
         logits, seeds, positions, temperature = _inputs(rows, device, dtype)
         temp32 = temperature.to(torch.float32)
-        for top_p in (None, 0.95):
+        for top_p in top_ps:
             work = logits.clone() if one_hot else logits
 
             def candidate(work=work, top_p=top_p):
@@ -95,10 +95,11 @@ def main() -> None:
     p.add_argument("--dtype", default=None, help="float32 (CPU default) or bfloat16 (CUDA default)")
     p.add_argument("--rows", type=int, nargs="+", default=[256, 1024])
     p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--no-top-p", action="store_true", help="only the temperature-only rows")
     p.add_argument("--one-hot", action="store_true", help="rewrite rows in place (the adapters' pass)")
     args = p.parse_args()
     dtype = getattr(torch, args.dtype or ("bfloat16" if args.device.startswith("cuda") else "float32"))
-    run(args.device, dtype, args.rows, args.repeats, args.one_hot)
+    run(args.device, dtype, args.rows, args.repeats, args.one_hot, (None,) if args.no_top_p else (None, 0.95))
 
 
 if __name__ == "__main__":
