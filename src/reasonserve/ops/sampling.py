@@ -331,7 +331,7 @@ def sample_into(
     return _run(_resolve(impl, logits), logits, rows_t, act, state, temp, thr, one_hot)
 
 
-def _filters(top_k, top_p, min_p, count: int, dev):
+def _filters(top_k, top_p, min_p, count: int, dev) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     return (
         _row_param("top_k", 0 if top_k is None else top_k, count, dev, torch.int64),
         _row_param("top_p", 1.0 if top_p is None else top_p, count, dev, torch.float64),
