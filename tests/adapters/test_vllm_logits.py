@@ -216,3 +216,30 @@ def test_a_row_ops_sample_rejects_is_left_to_the_engine(make_vllm_config):
     got = proc.apply(logits.clone(), _context([0, 1], [3, 3]))
     assert torch.equal(got[0], logits[0])
     assert _one_hot_at(got[1]) == _expected(logits[1], 2, 4, _params(2))
+
+
+def test_v1_slot_recycled_in_vllms_input_batch_forgets_the_old_seed():
+    """vLLM's own InputBatch: a seeded request leaves and an unseeded one takes its slot in
+    the same step. The builder reuses the removed index and reports it only as added
+    (not removed), so the processor must clear the slot on an unseeded add."""
+    from vllm.v1.worker.gpu_input_batch import CachedRequestState, InputBatch
+
+    proc = SeededSamplingLogitsProcessorV1(None, torch.device("cpu"), False)
+    batch = InputBatch(max_num_reqs=4, max_model_len=64, max_num_batched_tokens=64, device=torch.device("cpu"),
+                       vocab_size=VOCAB, block_sizes=[16], max_num_blocks_per_req=[4],
+                       logitsprocs=LogitsProcessors([proc]))  # fmt: skip
+
+    def request(rid, sp):
+        return CachedRequestState(req_id=rid, prompt_token_ids=[1, 2, 3], mm_features=[], sampling_params=sp,
+                                  generator=None, block_ids=([0],), num_computed_tokens=3, output_token_ids=[])  # fmt: skip
+
+    batch.add_request(request("seeded", _params(5, temperature=1.0)))
+    batch.refresh_metadata()
+    logits = _logits(1, seed=8)
+    assert _one_hot_at(proc.apply(logits.clone())[0]) == _expected(logits[0], 5, 3, _params(5, temperature=1.0))
+    batch.remove_request("seeded")
+    batch.add_request(request("greedy", _params(None, temperature=0.0)))
+    batch.condense()
+    batch.refresh_metadata()
+    assert batch.req_ids == ["greedy"]  # the same slot, 0
+    assert torch.equal(proc.apply(logits.clone()), logits)  # left to vLLM's own (greedy) sampler
