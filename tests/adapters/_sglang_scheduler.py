@@ -61,3 +61,30 @@ def schedule_batch():
         sys.meta_path.remove(finder)
         for name in [m for m in sys.modules if m.split(".")[0] == "torchvision"]:
             del sys.modules[name]
+
+
+def decode_batch(module, reqs, model_dir):
+    """A ``ScheduleBatch`` of ``reqs`` whose ``prepare_for_decode`` runs SGLang's own code:
+    SGLang's config is published from real ``ServerArgs`` (a config.json in
+    ``model_dir``), the batch holds the fields that method reads, and only the KV-slot
+    allocation (``alloc_for_decode``, a device memory pool) must be replaced by the
+    caller (``monkeypatch.setattr(module, "alloc_for_decode", ...)``)."""
+    import torch
+    from sglang.srt import runtime_context
+    from sglang.srt.server_args import ServerArgs
+    from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
+
+    runtime_context.publish(ServerArgs(model_path=str(model_dir), device="cpu", skip_tokenizer_init=True),
+                            role="scheduler")  # fmt: skip
+    lens = torch.tensor([len(r.full_untruncated_fill_ids) for r in reqs])
+    batch = module.ScheduleBatch.__new__(module.ScheduleBatch)
+    fields = {
+        "reqs": list(reqs), "spec_algorithm": SpeculativeAlgorithm.NONE, "beam_tail": None,
+        "sampling_info": types.SimpleNamespace(penalizer_orchestrator=types.SimpleNamespace(is_required=False)),
+        "model_config": types.SimpleNamespace(is_encoder_decoder=False), "seq_lens": lens,
+        "seq_lens_cpu": lens.clone(), "orig_seq_lens": lens.clone(), "hisparse_coordinator": None,
+        "enable_overlap": True, "attn_cp_metadata": None,
+    }  # fmt: skip
+    for name, value in fields.items():
+        setattr(batch, name, value)
+    return batch
