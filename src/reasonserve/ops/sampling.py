@@ -36,15 +36,15 @@ from collections.abc import Sequence
 
 import torch
 
-from reasonserve.core.errors import ImplementationUnavailableError, InvalidArgumentError, InvalidTypeError
+from reasonserve.core.errors import ImplementationUnavailableError, InvalidArgumentError
 from reasonserve.ops import _native
 from reasonserve.ops._checks import check_tensor
-from reasonserve.ops._hash import MASK32, gumbel_from_uniform, hash_columns, log64, row_state, uniform_open01
+from reasonserve.ops._hash import gumbel_from_uniform, hash_columns, log64, uniform_open01
 from reasonserve.ops._impl import triton_installed, triton_interpreting
+from reasonserve.ops._sample_params import Param, batch_of, check_params, row_param, states
 
 __all__ = ["DEAD_ROW", "INACTIVE_ROW", "greedy", "gumbel_noise", "sample", "sample_into"]
 
-Param = float | int | Sequence[float] | torch.Tensor | None
 #: Token :func:`sample_into` returns for a row where nothing can be sampled (all -inf).
 DEAD_ROW = -1
 #: Token :func:`sample_into` returns for a row it was told to skip.
@@ -71,61 +71,7 @@ def greedy(logits: torch.Tensor) -> torch.Tensor:
     return logits.argmax(dim=-1)
 
 
-# per-row parameters -------------------------------------------------------------------
-def _row_param(name: str, value: Param, batch: int, device, dtype) -> torch.Tensor:
-    """Broadcast a scalar-or-per-row parameter to a ``[B]`` tensor."""
-    if isinstance(value, torch.Tensor):
-        t = value.to(device=device, dtype=dtype)
-    elif isinstance(value, (int, float)) and not isinstance(value, bool):
-        t = torch.full((batch,), value, dtype=dtype, device=device)
-    elif isinstance(value, Sequence) and not isinstance(value, str):
-        t = torch.tensor(list(value), dtype=dtype, device=device)
-    else:
-        raise InvalidTypeError(f"{name} must be a number, a sequence or a tensor, got {type(value).__name__}")
-    if t.dim() == 0:
-        t = t.expand(batch)
-    if t.shape != (batch,):
-        raise InvalidArgumentError(f"{name} must be a scalar or have shape [{batch}], got {tuple(t.shape)}")
-    return t
-
-
-def _split_u64(name: str, value, batch: int, device, low: int, high: int, check: bool = True):
-    """Return ``(lo, hi)`` 32-bit words ``[B]`` of an unsigned 64-bit per-row value.
-    ``check=False`` skips the range check of tensors (it would read them back)."""
-    if isinstance(value, torch.Tensor):
-        if value.dtype not in (torch.int32, torch.int64):
-            raise InvalidTypeError(f"{name} must be an integer tensor, got {value.dtype}")
-        t = value.to(device=device, dtype=torch.int64)
-        t = t.expand(batch) if t.dim() == 0 else t
-        if t.shape != (batch,):
-            raise InvalidArgumentError(f"{name} must have shape [{batch}], got {tuple(t.shape)}")
-        if check and low >= 0 and high <= 2**63 and bool(((t < low) | (t >= high)).any()):
-            raise InvalidArgumentError(f"{name} must lie in [{low}, {high}), got {t.tolist()[:8]}")
-        return t & MASK32, (t >> 32) & MASK32
-    if isinstance(value, int):
-        items = [value] * batch
-    elif isinstance(value, Sequence) and not isinstance(value, str):
-        items = list(value)
-    else:
-        raise InvalidTypeError(f"{name} must be an int, a sequence of ints or a tensor")
-    if len(items) != batch:
-        raise InvalidArgumentError(f"{name} must be one int or {batch} ints, got {len(items)}")
-    for v in items:
-        if not isinstance(v, int) or isinstance(v, bool):
-            raise InvalidTypeError(f"{name} entries must be ints, got {type(v).__name__}")
-        if not low <= v < high:
-            raise InvalidArgumentError(f"{name} entries must lie in [{low}, {high}), got {v}")
-    words = torch.tensor([[v & MASK32, (v >> 32) & MASK32] for v in items], dtype=torch.int64)
-    words = words.to(device, non_blocking=True)
-    return words[:, 0], words[:, 1]
-
-
-def _states(seeds, positions, batch: int, device, check: bool = True) -> torch.Tensor:
-    s_lo, s_hi = _split_u64("seeds", seeds, batch, device, 0, 2**64, check)
-    p_lo, _ = _split_u64("positions", positions, batch, device, 0, 2**32, check)
-    return row_state(s_lo, s_hi, p_lo)
-
-
+# noise -----------------------------------------------------------------------------------
 def gumbel_noise(seeds, positions, vocab_size: int, *, device=None) -> torch.Tensor:
     """Float64 Gumbel noise ``[B, vocab_size]`` for per-row seeds and positions.
 
@@ -133,47 +79,8 @@ def gumbel_noise(seeds, positions, vocab_size: int, *, device=None) -> torch.Ten
     bits read as unsigned). ``positions``: ints in ``[0, 2**32)`` likewise.
     """
     device = torch.device("cpu") if device is None else torch.device(device)
-    state = _states(seeds, positions, _batch_of(seeds, positions), device)
+    state = states(seeds, positions, batch_of(seeds, positions), device)
     return gumbel_from_uniform(uniform_open01(hash_columns(state, 0, vocab_size)))
-
-
-def _batch_of(seeds, positions) -> int:
-    for v in (seeds, positions):
-        if isinstance(v, torch.Tensor) and v.dim() == 1:
-            return v.shape[0]
-        if isinstance(v, Sequence) and not isinstance(v, str):
-            return len(v)
-    return 1
-
-
-def _host_values(value) -> list | None:
-    """The per-row values when they are on the host (validated there, no sync)."""
-    if value is None or isinstance(value, torch.Tensor):
-        return None
-    return list(value) if isinstance(value, Sequence) and not isinstance(value, str) else [value]
-
-
-def _check_params(temperature, top_k, top_p, min_p, check_tensors: bool) -> list[bool]:
-    """Validate the parameters; returns whether [top-k, top-p, min-p] can filter. Host
-    values are checked on the host; tensors are read back once when ``check_tensors``
-    (else trusted, and their filter counted as used)."""
-    rules = [("temperature", temperature, lambda v: 0 <= v < float("inf"), "finite and >= 0", None),
-             ("top_k", top_k, lambda v: v >= 0, ">= 0 (0 disables it)", 0),
-             ("top_p", top_p, lambda v: 0 < v <= 1, "in (0, 1]", 1.0),
-             ("min_p", min_p, lambda v: 0 <= v <= 1, "in [0, 1]", 0.0)]  # fmt: skip
-    used = []
-    for name, value, ok, rule, off in rules:
-        values = _host_values(value)
-        if values is None and isinstance(value, torch.Tensor):
-            if not check_tensors:
-                used.append(True)
-                continue
-            values = value.reshape(-1).tolist()
-        values = values or []
-        if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and ok(v) for v in values):
-            raise InvalidArgumentError(f"{name} must be {rule}, got {values[:8]}")
-        used.append(any(v != off for v in values))
-    return used[1:]
 
 
 # filters as thresholds ----------------------------------------------------------------
@@ -321,9 +228,9 @@ def sample_into(
     dev = logits.device
     rows_t = _row_index(rows, logits.shape[0], dev)
     count = rows_t.numel()
-    used = _check_params(temperature, top_k, top_p, min_p, check_tensors=False)
-    temp = _row_param("temperature", temperature, count, dev, torch.float64)
-    state = _states(seeds, positions, count, dev, check=False)
+    used = check_params(temperature, top_k, top_p, min_p, check_tensors=False)
+    temp = row_param("temperature", temperature, count, dev, torch.float64)
+    state = states(seeds, positions, count, dev, check=False)
     act = torch.ones(count, dtype=torch.bool, device=dev) if active is None else active.to(dev, torch.bool)
     if act.shape != (count,):
         raise InvalidArgumentError(f"active must have shape [{count}], got {tuple(act.shape)}")
@@ -333,9 +240,9 @@ def sample_into(
 
 def _filters(top_k, top_p, min_p, count: int, dev) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     return (
-        _row_param("top_k", 0 if top_k is None else top_k, count, dev, torch.int64),
-        _row_param("top_p", 1.0 if top_p is None else top_p, count, dev, torch.float64),
-        _row_param("min_p", 0.0 if min_p is None else min_p, count, dev, torch.float64),
+        row_param("top_k", 0 if top_k is None else top_k, count, dev, torch.int64),
+        row_param("top_p", 1.0 if top_p is None else top_p, count, dev, torch.float64),
+        row_param("min_p", 0.0 if min_p is None else min_p, count, dev, torch.float64),
     )
 
 
@@ -385,8 +292,8 @@ def sample(
     """
     _check_logits_shape(logits)
     batch = logits.shape[0]
-    _check_params(temperature, top_k, top_p, min_p, check_tensors=True)
-    _states(seeds, positions, batch, logits.device)  # range checks of tensor seeds/positions
+    check_params(temperature, top_k, top_p, min_p, check_tensors=True)
+    states(seeds, positions, batch, logits.device)  # range checks of tensor seeds/positions
     tokens = sample_into(logits, seeds=seeds, positions=positions, temperature=temperature, top_k=top_k,
                          top_p=top_p, min_p=min_p, impl=impl)  # fmt: skip
     dead = (tokens == DEAD_ROW).nonzero().flatten().tolist()
