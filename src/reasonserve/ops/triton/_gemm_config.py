@@ -45,14 +45,17 @@ class GemmTiles:
 
 # (largest M of the bucket, tiles); the last bucket has no bound. H100 starting points,
 # to be tuned by ``benchmarks/ops.py --device cuda`` (changing them never changes bits
-# when the bucket test passes).
+# when the bucket test passes). Every 16-bit bucket has BLOCK_M >= 64, so Triton emits
+# Hopper ``wgmma`` for all of them (BLOCK_M = 16 would emit ``mma.sync``, a different
+# instruction whose rounding need not match); a small batch is bound by the weight
+# read, so the padded rows cost little.
 _GPU_16BIT = (
-    (16, GemmTiles(16, 32, 1, 4, 6)),
+    (16, GemmTiles(64, 32, 1, 4, 6)),
     (64, GemmTiles(64, 64, 8, 4, 4)),
     (256, GemmTiles(128, 128, 8, 8, 3)),
     (None, GemmTiles(128, 256, 8, 8, 3)),
 )
-_GPU_FP32 = (
+_GPU_FP32 = (  # full-precision fp32 dots run on FMA units, one k at a time
     (16, GemmTiles(16, 32, 1, 4, 4)),
     (64, GemmTiles(64, 64, 8, 4, 3)),
     (None, GemmTiles(128, 64, 8, 4, 3)),
