@@ -78,7 +78,8 @@ def paged_checks(dt: str, dtype: torch.dtype) -> None:
     for hq, hkv, d in ((14, 2, 64), (28, 4, 128), (32, 8, 128)):
         cfg = paged_attention.invariant_config(_fake((1, hq, d), dtype), _fake((1, hkv, 16, d), dtype))
         types_by_arg = {a: f"*{dt}" for a in ("q_ptr", "k_ptr", "v_ptr", "o_ptr")} | ints | floats
-        consts = dict(GROUP=hq // hkv, BLOCK_SIZE=16, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_D=d,
+        consts = dict(GROUP=hq // hkv, QUERIES=cfg.block_m // (hq // hkv), BLOCK_SIZE=16, BLOCK_M=cfg.block_m,
+                      BLOCK_N=cfg.block_n, BLOCK_D=d,
                       HEAD_DIM=d, PRECISION="ieee" if dtype == torch.float32 else "tf32")  # fmt: skip
         ptx = compile_one(paged_attention._paged_kernel, types_by_arg, consts, cfg.num_warps, cfg.num_stages)
         _report(f"paged invariant Hq/Hkv={hq}/{hkv} D={d} {cfg}", ptx)

@@ -116,15 +116,15 @@ def _paged_kernel(
     split_tokens, group_splits, write_out,
     sq0, sq1, sq2, sk0, sk1, sk2, sk3, sv0, sv1, sv2, sv3, so0, so1, so2, st0,
     swa0, swa1, swa2, swm0, swm1, swm2,
-    GROUP: tl.constexpr, BLOCK_SIZE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-    BLOCK_D: tl.constexpr, HEAD_DIM: tl.constexpr, PRECISION: tl.constexpr,
+    GROUP: tl.constexpr, QUERIES: tl.constexpr, BLOCK_SIZE: tl.constexpr, BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, HEAD_DIM: tl.constexpr, PRECISION: tl.constexpr,
 ):  # fmt: skip
+    """One tile (``QUERIES`` queries x ``GROUP`` heads) over its splits ``[first, first + group_splits)``."""
     tile = tl.program_id(0)
     kv_head = tl.program_id(1)
     if tile >= tl.load(cu_tiles_ptr + num_seqs):
         return
     seq = _find(cu_tiles_ptr, num_seqs, tile)
-    QUERIES: tl.constexpr = BLOCK_M // GROUP
     q0 = (tile - tl.load(cu_tiles_ptr + seq)) * QUERIES
     qlen = tl.load(qlens_ptr + seq)
     context = tl.load(lens_ptr + seq) - qlen  # keys before the first query
@@ -294,8 +294,9 @@ def paged_attention_triton(
         1 if split else 1 << 30, 0 if split else 1,
         *q.stride(), *k_cache.stride(), *v_cache.stride(), *out.stride(), tables.stride(0),
         *ws_acc.stride()[:3], *ws_ml.stride()[:3],
-        GROUP=group, BLOCK_SIZE=k_cache.shape[2], BLOCK_M=config.block_m, BLOCK_N=config.block_n,
-        BLOCK_D=block_d, HEAD_DIM=d, PRECISION=dot_precision(q.dtype), **_launch(config, q),
+        GROUP=group, QUERIES=queries, BLOCK_SIZE=k_cache.shape[2], BLOCK_M=config.block_m,
+        BLOCK_N=config.block_n, BLOCK_D=block_d, HEAD_DIM=d, PRECISION=dot_precision(q.dtype),
+        **_launch(config, q),
     )  # fmt: skip
     if split:
         _combine_kernel[(total_q, hkv)](
