@@ -276,3 +276,17 @@ def test_triton_add_rms_norm_is_add_then_rms_norm_and_batch_invariant(dtype, n):
     assert_bitwise_equal(alone, normed[4:5], "row 4 alone")
     ref = ops.rms_norm((x + r).double(), w.double(), impl="torch")
     assert_close(normed.cpu(), ref.cpu(), *tolerance("rms_norm", dtype), what="vs float64")
+
+
+def test_triton_paged_attention_unchecked_lying_lengths_stay_in_bounds():
+    """check=False with lengths past the capacities, negative or summing past q: garbage
+    for that call, never a read or write outside the tensors (one crashes the interpreter)."""
+    g = torch.Generator().manual_seed(14)
+    q, kc, vc, tables, lens, _ = _one_sequence(g, 9)
+    for seq_lens, query_lens in (([200], [1]), ([9], [4]), ([-5], [1]), ([9], [-3])):
+        out = _paged_invariant(q[-1:], kc, vc, tables, torch.tensor(seq_lens, device=DEVICE),
+                               torch.tensor(query_lens, device=DEVICE), check=False, max_seq_len=12)  # fmt: skip
+        assert out.shape == (1, 4, 16)
+    empty = tables[:, :0]
+    assert torch.equal(_paged_invariant(q[-1:], kc, vc, empty, lens, torch.tensor([1]), check=False),
+                       torch.zeros_like(q[-1:]))  # fmt: skip

@@ -137,7 +137,7 @@ def _paged_kernel(
     rd = tl.arange(0, BLOCK_D)
     q_index = q0 + r // GROUP
     row = tl.load(cu_q_ptr + seq) + q_index
-    row_ok = (r < QUERIES * GROUP) & (q_index < qlen) & (row < total_q)
+    row_ok = (r < QUERIES * GROUP) & (q_index >= 0) & (q_index < qlen) & (row >= 0) & (row < total_q)
     head = kv_head * GROUP + r % GROUP
     row_keys = tl.where(row_ok, context + q_index + 1, 0)
     row64 = tl.where(row_ok, row, 0).to(tl.int64)
@@ -276,6 +276,8 @@ def paged_attention_triton(
     """``q [total_q, Hq, D]`` over the paged cache -> ``[total_q, Hq, D]`` (see the module doc)."""
     total_q, hq, d = q.shape
     num_seqs, hkv, group = block_tables.shape[0], k_cache.shape[1], hq // k_cache.shape[1]
+    if min(num_seqs, block_tables.shape[1], k_cache.shape[0]) == 0:  # no key anywhere: invalid queries
+        return torch.zeros_like(q)
     qlens, tables = query_lens.to(torch.int32), block_tables.contiguous()
     queries = config.block_m // group
     cu_q, cu_tiles = _offsets(qlens), _offsets((qlens + queries - 1) // queries)
