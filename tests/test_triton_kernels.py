@@ -20,7 +20,7 @@ from _invariance import check_batch_invariance, junk_rows
 from _op_cases import ROW_OPS, PagedLayout, attention_case, paged_case, row_case
 from _tolerances import tolerance
 from reasonserve import ops
-from reasonserve.core.errors import InvalidArgumentError
+from reasonserve.core.errors import InvalidArgumentError, InvalidTypeError
 
 pytest.importorskip("triton", reason="Triton kernels need the triton package (triton extra)")
 
@@ -290,3 +290,24 @@ def test_triton_paged_attention_unchecked_lying_lengths_stay_in_bounds():
     empty = tables[:, :0]
     assert torch.equal(_paged_invariant(q[-1:], kc, vc, empty, lens, torch.tensor([1]), check=False),
                        torch.zeros_like(q[-1:]))  # fmt: skip
+
+
+@pytest.mark.parametrize("op", [ops.paged_attention, ops.paged_attention_stock])
+def test_paged_capacities_and_devices_are_checked_by_name(op):
+    g = torch.Generator().manual_seed(15)
+    q, kc, vc, tables, lens, _ = _one_sequence(g, 9)
+    tables = tables[:, :3]  # 3 columns of 4 keys: capacity 12
+    one = torch.tensor([1], device=DEVICE)
+    cases = [
+        ({"max_seq_len": 13}, InvalidArgumentError, "max_seq_len=13 exceeds"),
+        ({"max_seq_len": -1}, InvalidArgumentError, "max_seq_len must be an int"),
+        ({"max_seq_len": 8}, InvalidArgumentError, "max_seq_len \\(8"),  # seq_lens 9 > 8
+        ({"max_query_len": 1.5}, InvalidArgumentError, "max_query_len must be an int"),
+    ]
+    for kwargs, error, match in cases:
+        with pytest.raises(error, match=match):
+            op(q[-1:], kc, vc, tables, lens, one, **kwargs)
+    with pytest.raises(InvalidArgumentError, match="max_query_len \\(1"):
+        op(q[-2:], kc, vc, tables, lens, torch.tensor([2], device=DEVICE), max_query_len=1)
+    with pytest.raises(InvalidTypeError, match="block_tables is on meta"):
+        op(q[-1:], kc, vc, tables.to("meta"), lens, one)
