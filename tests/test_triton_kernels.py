@@ -230,6 +230,10 @@ def test_triton_gemm_rows_same_bits_under_every_bucket_and_loader(dtype):
             for name, b in (("row-major weight", w.t()), ("k-major weight", w.t().contiguous())):
                 got = matmul_triton(x, b, tiles=tiles, use_tma=use_tma)
                 assert_bitwise_equal(got, first, f"{tiles} tma={use_tma} {name}")
+    big = torch.cat([x, x.flip(0)])  # 40 rows: the public op crosses every interpreter bucket
+    full = ops.linear(big, w, impl="triton")
+    for m in (1, 16, 17, 32, 33):
+        assert_bitwise_equal(ops.linear(big[-m:], w, impl="triton"), full[-m:], f"M={m} through ops.linear")
 
 
 def test_triton_gemm_switch_runs_one_config_for_every_m(monkeypatch):
