@@ -34,9 +34,9 @@ import time
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
 from _harness import RESULTS, machine
 from reasonserve.certainindex import Verdict, compare_answers, extract_probe_answer
-from reasonserve.certainindex._values import parsed
-from reasonserve.certainindex.answers import _normalize_cached
-from reasonserve.certainindex.grading import ReferenceGrader, reference_grader_available
+from reasonserve.certainindex.answers._values import parsed
+from reasonserve.certainindex.answers.extract import _normalize_cached
+from reasonserve.certainindex.answers.grading import ReferenceGrader, reference_grader_available
 
 csv.field_size_limit(1 << 24)
 

@@ -8,8 +8,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from reasonserve.certainindex import AnswerClasses, Verdict, compare_answers, equivalent, group_answers
-from reasonserve.certainindex import _mathexpr as mx
-from reasonserve.certainindex._numeric import Huge, exact
+from reasonserve.certainindex.answers import _mathexpr as mx
+from reasonserve.certainindex.answers._numeric import Huge, exact
 
 EQUAL = [
     (r"\frac{1}{2}", "0.5"), ("1/2", r"\dfrac12"), (r"(3,\frac{\pi}{2})", r"\left( 3, \frac{\pi}{2} \right)"),

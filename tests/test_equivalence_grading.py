@@ -4,7 +4,7 @@ import threading
 
 import pytest
 
-from reasonserve.certainindex.grading import ReferenceGrader, reference_grader_available
+from reasonserve.certainindex.answers.grading import ReferenceGrader, reference_grader_available
 from reasonserve.core.errors import InvalidArgumentError
 
 pytestmark = pytest.mark.skipif(not reference_grader_available(), reason="needs the [grading] extra")

@@ -156,7 +156,7 @@ def _grader(kind: str):
 
         yield equivalent
         return
-    from reasonserve.certainindex.grading import ReferenceGrader
+    from reasonserve.certainindex.answers.grading import ReferenceGrader
 
     with ReferenceGrader() as grader:
         yield grader

@@ -18,9 +18,9 @@ import pathlib
 from collections import defaultdict
 from collections.abc import Sequence
 
+from reasonserve.certainindex.answers.equivalence import equivalent
 from reasonserve.certainindex.calibration import choose, cross_validate
-from reasonserve.certainindex.equivalence import equivalent
-from reasonserve.certainindex.probe_consistency import PRESETS
+from reasonserve.certainindex.estimators.probe_consistency import PRESETS
 from reasonserve.core.errors import InvalidArgumentError
 from reasonserve.replay import _report
 from reasonserve.replay.probe_rules import (

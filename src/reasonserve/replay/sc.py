@@ -18,9 +18,9 @@ from collections import Counter, defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from reasonserve.certainindex.answers.equivalence import equivalent, group_answers
 from reasonserve.certainindex.calibration import Outcome, choose, cross_validate
-from reasonserve.certainindex.equivalence import equivalent, group_answers
-from reasonserve.certainindex.semantic_entropy import SemanticEntropy
+from reasonserve.certainindex.estimators.semantic_entropy import SemanticEntropy
 from reasonserve.core.errors import InvalidArgumentError
 from reasonserve.replay import _report
 from reasonserve.replay._jsonl import read_jsonl

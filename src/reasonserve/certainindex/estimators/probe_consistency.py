@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 import torch
 
 from reasonserve.certainindex._validate import check_threshold, check_window
-from reasonserve.certainindex.equivalence import AnswerClasses
+from reasonserve.certainindex.answers.equivalence import AnswerClasses
 from reasonserve.core.errors import InvalidArgumentError
 
 __all__ = ["HESITATION_WORDS", "PRESETS", "ProbeConsistency", "ProbeConsistencyState", "ProbeTracker"]

@@ -16,9 +16,9 @@ import random
 import time
 from fractions import Fraction
 
-from reasonserve.certainindex import _mathexpr as mx
-from reasonserve.certainindex._numeric import Huge, approx, exact
-from reasonserve.certainindex._verdict import Verdict
+from reasonserve.certainindex.answers import _mathexpr as mx
+from reasonserve.certainindex.answers._numeric import Huge, approx, exact
+from reasonserve.certainindex.answers._verdict import Verdict
 
 ROUNDED_MIN_PLACES = 2
 _SYMBOLIC_POINTS = 6

@@ -30,13 +30,13 @@ import re
 import time
 from collections.abc import Iterable
 
-from reasonserve.certainindex._normalize import has_percent
-from reasonserve.certainindex._relations import assigned_value, compare_relations, split_relation
-from reasonserve.certainindex._structures import MATRIX, compare_items, compare_matrices, split_items
-from reasonserve.certainindex._values import compare_values
-from reasonserve.certainindex._values import parsed as _parsed  # noqa: F401 - benchmarks clear its cache
-from reasonserve.certainindex._verdict import Verdict
-from reasonserve.certainindex.answers import MAX_ANSWER_CHARS, normalize_answer
+from reasonserve.certainindex.answers._normalize import has_percent
+from reasonserve.certainindex.answers._relations import assigned_value, compare_relations, split_relation
+from reasonserve.certainindex.answers._structures import MATRIX, compare_items, compare_matrices, split_items
+from reasonserve.certainindex.answers._values import compare_values
+from reasonserve.certainindex.answers._values import parsed as _parsed  # noqa: F401 - benchmarks clear its cache
+from reasonserve.certainindex.answers._verdict import Verdict
+from reasonserve.certainindex.answers.extract import MAX_ANSWER_CHARS, normalize_answer
 from reasonserve.core.errors import InvalidArgumentError
 
 __all__ = ["AnswerClasses", "Verdict", "compare_answers", "equivalent", "group_answers"]

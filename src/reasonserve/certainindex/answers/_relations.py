@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import re
 
-from reasonserve.certainindex import _mathexpr as mx
-from reasonserve.certainindex._structures import split_parts, top_level_split
-from reasonserve.certainindex._values import parsed, proportional
-from reasonserve.certainindex._verdict import Compare, Verdict, all_equal
+from reasonserve.certainindex.answers import _mathexpr as mx
+from reasonserve.certainindex.answers._structures import split_parts, top_level_split
+from reasonserve.certainindex.answers._values import parsed, proportional
+from reasonserve.certainindex.answers._verdict import Compare, Verdict, all_equal
 
 _OPERATOR = re.compile(r"<=|>=|!=|<|>|=")
 # "x", "abc", "a_{37}", "(p,q)", "f(x)", "P(4)", "|AB|": a name whose value an answer may state

@@ -15,8 +15,8 @@ from __future__ import annotations
 import re
 import time
 
-from reasonserve.certainindex._values import exact_value
-from reasonserve.certainindex._verdict import Compare, Verdict, all_equal
+from reasonserve.certainindex.answers._values import exact_value
+from reasonserve.certainindex.answers._verdict import Compare, Verdict, all_equal
 
 MAX_ITEMS = 256
 MAX_PAIR_CHECKS = 400  # pairwise element comparisons per unordered list comparison
