@@ -15,6 +15,7 @@ from reasonserve.certainindex.answers.clustering import (
     jaccard_clusters,
 )
 from reasonserve.certainindex.answers.equivalence import (
+    MAX_STEPS,
     AnswerClasses,
     Verdict,
     compare_answers,
@@ -33,6 +34,7 @@ from reasonserve.certainindex.answers.extract import (
 
 __all__ = [
     "MAX_ANSWER_CHARS",
+    "MAX_STEPS",
     "MAX_TEXT_CHARS",
     "AnswerClasses",
     "EmbeddingClusterer",
