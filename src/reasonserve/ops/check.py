@@ -188,7 +188,8 @@ def print_verdict(cases: int, seed: int, out: TextIO) -> int:
     if isas:
         print(f"native kernels: loaded; instruction sets compared: {', '.join(isas)}", file=out)
     else:
-        print(f"native kernels: unavailable ({_native.load_error()}); checking the torch path", file=out)
+        print(f"native kernels: not built ({_native.load_error()}); checking their torch transcription",
+              file=out)  # fmt: skip
     report = run_sweep(cases, seed)
     done = f"{report.cases} cases x {len(OPS)} ops = {report.checks} checks"
     print(f"{done} in {report.seconds:.1f} s", file=out)
