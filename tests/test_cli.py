@@ -18,7 +18,7 @@ import reasonserve
 from reasonserve import paths
 from reasonserve.cli import _parser, main
 from reasonserve.core.errors import InvalidArgumentError
-from reasonserve.progress import ProgressBar
+from reasonserve.progress import ProgressBar, track
 from test_calibration_and_replay import _write_probe_run, _write_sc
 from test_sim import _write_fake_traces
 
@@ -262,3 +262,9 @@ def test_progress_bar_draws_only_on_a_terminal_and_only_changes():
 def test_module_entry_point_runs():
     proc = subprocess.run([sys.executable, "-m", "reasonserve", "--help"], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0 and "demo" in proc.stdout and "REASONSERVE_DATA" in proc.stdout
+
+
+def test_track_counts_every_item_through():
+    term = _Terminal()
+    assert list(track(["a", "b", "c"], "bench", stream=term)) == ["a", "b", "c"]
+    assert "bench [" + "#" * ProgressBar.WIDTH + "] 3/3" in term.getvalue()

@@ -4,9 +4,12 @@ the demos, the benchmarks): drawn only on a terminal, so logs and pipes stay cle
 from __future__ import annotations
 
 import sys
-from typing import TextIO
+from collections.abc import Iterator, Sequence
+from typing import TextIO, TypeVar
 
-__all__ = ["ProgressBar"]
+__all__ = ["ProgressBar", "track"]
+
+T = TypeVar("T")
 
 
 class ProgressBar:
@@ -53,6 +56,15 @@ class ProgressBar:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def track(items: Sequence[T], label: str, *, unit: str = "", stream: TextIO | None = None) -> Iterator[T]:
+    """Yield ``items`` while a :class:`ProgressBar` counts them (``for x in track(xs, "bench")``)."""
+    with ProgressBar(label, unit=unit, stream=stream) as bar:
+        for done, item in enumerate(items):
+            bar.update(done, len(items))
+            yield item
+        bar.update(len(items), len(items))
 
 
 def _is_terminal(stream: TextIO) -> bool:
