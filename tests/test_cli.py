@@ -128,7 +128,8 @@ def test_replay_probes_from_any_folder_with_the_data_in_the_environment(tmp_path
     assert capsys.readouterr().err == ""  # no progress bar when stderr is not a terminal
     monkeypatch.setattr(sys, "stderr", _Terminal())
     assert main(["replay", "probes", "--no-stopping"]) == 0
-    assert "2/2 runs loaded" in sys.stderr.getvalue()
+    drawn = sys.stderr.getvalue()
+    assert "2/2 runs loaded" in drawn and "folds cross-validated" in drawn
 
 
 def _calibration_inputs(root: pathlib.Path) -> dict[str, list[str]]:

@@ -136,11 +136,7 @@ def replay_probes(
     if stopping:
         from reasonserve.replay.stop_report import stopping_report
 
-        if progress is not None:
-            progress(0, 1, "early-exit rules")
-        report["stopping"] = stopping_report(trajs)
-        if progress is not None:
-            progress(1, 1, "early-exit rules")
+        report["stopping"] = stopping_report(trajs, progress=progress)
     return report
 
 
