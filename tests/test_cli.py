@@ -79,6 +79,7 @@ def test_version_is_the_package_version(capsys):
     assert capsys.readouterr().out.strip() == f"reasonserve {reasonserve.__version__}" == f"reasonserve {project['version']}"
 
 
+@pytest.mark.slow  # the whole demo: 3 engine runs of 24-33 requests
 def test_engine_demo_proves_deterministic_requests_identical(tmp_path, capsys):
     out = tmp_path / "engine.json"
     assert main(["demo", "--json", str(out)]) == 0

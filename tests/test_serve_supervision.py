@@ -187,6 +187,7 @@ DRAIN_TIMEOUT_S = 6
 DRAIN_BUDGET_S = DRAIN_TIMEOUT_S + 9
 
 
+@pytest.mark.slow  # a server process and a 6 s drain
 def test_sigterm_drains_and_exits_zero_in_bounded_time(tmp_path):
     proc, url = _serve_process(tmp_path, "", drain_timeout_s=DRAIN_TIMEOUT_S)
     try:
@@ -213,6 +214,7 @@ def test_sigterm_drains_and_exits_zero_in_bounded_time(tmp_path):
         proc.kill()
 
 
+@pytest.mark.slow  # a server process
 def test_a_dead_engine_loop_makes_the_process_exit_nonzero(tmp_path):
     patch = ("import reasonserve.engine.engine as e\n"
              "def boom(self, *a, **k):\n    raise RuntimeError('injected')\n"
