@@ -70,8 +70,8 @@ def _parser() -> argparse.ArgumentParser:
     floats = (("header-timeout-s", 10.0, "seconds to receive a request's headers"),
               ("body-timeout-s", 30.0, "seconds to receive a request's body"),
               ("drain-timeout-s", 10.0, "seconds running requests get to finish after SIGTERM"))  # fmt: skip
-    for flag, default, what in floats:
-        serve.add_argument(f"--{flag}", type=float, default=default, help=f"{what} (default {default})")
+    for flag, seconds, what in floats:
+        serve.add_argument(f"--{flag}", type=float, default=seconds, help=f"{what} (default {seconds})")
     serve.add_argument("--end-of-thinking-token-id", type=int, default=None, help="e.g. the id of </think>")
     serve.add_argument("--replicas", type=int, default=None,
                        help="N engine replicas on Ray Serve, PASCAL-routed (ray extra; docs/ray_serve.md)")

@@ -53,7 +53,7 @@ def _run(path, config: EngineConfig, requests) -> tuple[Engine, dict, float]:
     start = time.perf_counter()
     for name, prompt, params in requests:
         engine.add_request(prompt, params, request_id=name)
-    outs = {}
+    outs: dict = {}
     while engine.has_unfinished():
         outs |= {o.request_id: o for o in engine.step()}
     return engine, outs, time.perf_counter() - start
