@@ -53,7 +53,9 @@ class Engine:
         decode-verify-rollback (None in production)."""
         self.model, self.config, self.clock = model, config or EngineConfig(), clock
         self.fast_path_fault, self.tokenizer = fast_path_fault, tokenizer
-        self.max_model_len = self.config.max_model_len or model.cfg.max_position_embeddings
+        self.max_model_len = self.config.max_model_len or _default_context(model.cfg)
+        model.cfg.check_context(self.max_model_len)
+        self._eos = self.config.all_eos_token_ids
         self.runner = ModelRunner(model, self.config.num_blocks, self.config.block_size)
         self.scheduler = Scheduler(
             self.config, policy if policy is not None else _named(self.config.policy), self.runner, clock
@@ -236,7 +238,7 @@ class Engine:
 
     def _finish_reason(self, seq: Seq) -> str | None:
         token, p = seq.output[-1], seq.params
-        if (token == self.config.eos_token_id and not p.ignore_eos) or token in p.stop_token_ids:
+        if (token in self._eos and not p.ignore_eos) or token in p.stop_token_ids:
             return "stop"
         if len(seq.output) >= p.max_tokens or seq.num_tokens >= self.max_model_len:
             return "length"
@@ -299,6 +301,11 @@ class Engine:
     def check_blocks(self) -> None:
         """Block accounting: every block is either free or held by a live request."""
         self.blocks.check([s.block_table for s in self.running])
+
+
+def _default_context(cfg) -> int:
+    """The model's context, capped at a sliding window (attention is exact up to it)."""
+    return min(cfg.max_context_len, cfg.sliding_window or cfg.max_context_len)
 
 
 def _invariant_prefill(seq: Seq, n: int) -> bool:
