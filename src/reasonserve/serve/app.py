@@ -2,8 +2,8 @@
 
 Endpoints: ``POST /v1/completions`` and ``POST /v1/chat/completions`` (SSE streaming
 with ``stream: true``), ``GET /v1/models``, ``GET /health`` (503 once the engine loop
-is gone), ``GET /metrics`` (Prometheus), ``POST /tokenize`` (vLLM's shape; the engine's
-tokenizer, no special tokens added). Request schemas are published in
+is gone), ``GET /metrics`` (Prometheus), ``POST /tokenize`` and ``POST /detokenize``
+(vLLM's shapes, ``serve/tokens.py``). Request schemas are published in
 ``/openapi.json``; every error is in the OpenAI shape. See ``docs/serve.md`` for the
 parameter table, limits and behaviour on disconnects and shutdown.
 """
@@ -19,16 +19,21 @@ from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse, PlainTextResponse
 from pydantic.json_schema import models_json_schema
 
-from reasonserve.core.errors import InvalidArgumentError
 from reasonserve.serve.config import ServeConfig
 from reasonserve.serve.errors import ApiError, install_error_handlers
 from reasonserve.serve.limits import BodyLimitMiddleware
 from reasonserve.serve.metrics import ServerMetrics
 from reasonserve.serve.parsing import parse_body
-from reasonserve.serve.protocol import ChatCompletionRequest, CompletionRequest, TokenizeRequest
+from reasonserve.serve.protocol import (
+    ChatCompletionRequest,
+    CompletionRequest,
+    DetokenizeRequest,
+    TokenizeRequest,
+)
 from reasonserve.serve.routes import Generator
 from reasonserve.serve.runner import EngineRunner
 from reasonserve.serve.sampling import Capacity, plan_chat, plan_completion
+from reasonserve.serve.tokens import detokenize, tokenize
 
 __all__ = ["AsciiJSONResponse", "capacity_of", "create_app"]
 
@@ -42,7 +47,9 @@ class AsciiJSONResponse(JSONResponse):
 
 def capacity_of(engine) -> Capacity:
     cfg = engine.config
-    return Capacity(engine.tokenizer, engine.max_model_len, cfg.num_blocks * cfg.block_size, cfg.eos_token_id)
+    return Capacity(
+        engine.tokenizer, engine.max_model_len, cfg.num_blocks * cfg.block_size, cfg.all_eos_token_ids
+    )
 
 
 def create_app(runner: EngineRunner, config: ServeConfig | None = None) -> FastAPI:
@@ -89,17 +96,16 @@ def create_app(runner: EngineRunner, config: ServeConfig | None = None) -> FastA
         return await gen.handle(request, ChatCompletionRequest, plan_chat)
 
     @app.post("/tokenize")
-    async def tokenize(request: Request):
-        body = parse_body(await request.body(), TokenizeRequest)
-        if body.model is not None and body.model != cfg.model_name:
-            raise ApiError(404, f"The model `{body.model[:200]}` does not exist.", param="model")
-        if runner.engine.tokenizer is None:
-            raise ApiError(400, "this model has no tokenizer; send token ids", param="prompt")
-        try:
-            tokens = await asyncio.to_thread(runner.engine.tokenizer.encode, body.prompt)
-        except InvalidArgumentError as err:
-            raise ApiError(400, str(err), param="prompt") from None
-        return {"count": len(tokens), "max_model_len": runner.engine.max_model_len, "tokens": tokens}
+    async def tokenize_route(request: Request):
+        raw = await request.body()
+        return await asyncio.to_thread(lambda: tokenize(parse_body(raw, TokenizeRequest), gen.cap, cfg))
+
+    @app.post("/detokenize")
+    async def detokenize_route(request: Request):
+        raw, vocab = await request.body(), runner.engine.model.cfg.vocab_size
+        return await asyncio.to_thread(
+            lambda: detokenize(parse_body(raw, DetokenizeRequest), gen.cap, cfg, vocab)
+        )
 
     app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
     app.add_middleware(

@@ -28,7 +28,7 @@ class ChoiceState:
             job.prompt_ids,
         )
         self.text = ChoiceText(cap.tokenizer, plan.stop, include_stop=plan.include_stop)
-        self._hidden, self._eos = plan.hidden_ids, cap.eos_token_id
+        self._hidden, self._eos = plan.hidden_ids, cap.eos_token_ids
         self.token_ids: list[int] = []
         self.finish_reason: str | None = None
         self.stop_reason: str | int | None = None
@@ -64,7 +64,7 @@ class ChoiceState:
             self.finish_reason, self.stop_reason = "stop", self.text.stop_hit
         else:
             self.finish_reason = out.finish_reason
-            self.stop_reason = last if ended_by_token and last != self._eos else None
+            self.stop_reason = last if ended_by_token and last not in self._eos else None
         return piece
 
 

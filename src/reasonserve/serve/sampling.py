@@ -12,11 +12,12 @@ from dataclasses import dataclass
 
 from reasonserve.core.errors import InvalidArgumentError
 from reasonserve.engine import SamplingParams
+from reasonserve.serve.chat import render_chat
 from reasonserve.serve.config import ServeConfig
 from reasonserve.serve.errors import ApiError
-from reasonserve.serve.protocol import MAX_SEED, ChatCompletionRequest, ChatMessage, CompletionRequest
+from reasonserve.serve.protocol import MAX_SEED, ChatCompletionRequest, CompletionRequest
 
-__all__ = ["Capacity", "Job", "Plan", "plan_chat", "plan_completion"]
+__all__ = ["Capacity", "Job", "Plan", "chat_text", "plan_chat", "plan_completion"]
 
 
 @dataclass(frozen=True)
@@ -26,7 +27,7 @@ class Capacity:
     tokenizer: object | None
     max_model_len: int
     kv_capacity_tokens: int
-    eos_token_id: int | None
+    eos_token_ids: frozenset[int]
 
 
 @dataclass(frozen=True)
@@ -58,7 +59,7 @@ def plan_completion(body: CompletionRequest, cap: Capacity, cfg: ServeConfig) ->
         raise ApiError(400, "logprobs is not supported by this engine yet", param="logprobs")
     if body.suffix is not None:
         raise ApiError(400, "suffix is not supported", param="suffix")
-    prompts = [_encode(p, cap, "prompt") for p in _prompt_list(body.prompt)]
+    prompts = [_encode(p, cap, "prompt", body.add_special_tokens) for p in _prompt_list(body.prompt)]
     return _plan(
         body, prompts, cap, cfg, chat=False, requested=body.max_tokens, default=16, param="max_tokens"
     )
@@ -78,31 +79,23 @@ def plan_chat(body: ChatCompletionRequest, cap: Capacity, cfg: ServeConfig) -> P
         raise ApiError(400, "max_tokens and max_completion_tokens disagree", param="max_completion_tokens")
     requested = body.max_completion_tokens or body.max_tokens
     param = "max_completion_tokens" if body.max_completion_tokens is not None else "max_tokens"
-    prompt = _encode(
-        chat_prompt(body.messages, body.add_generation_prompt, body.continue_final_message), cap, "messages"
-    )
+    text = chat_text(body, cap, cfg)
+    prompt = _encode(text, cap, "messages", body.add_special_tokens)
     return _plan(body, [prompt], cap, cfg, chat=True, requested=requested, default=None, param=param)
 
 
-def chat_prompt(messages: list[ChatMessage], add_generation_prompt: bool, continue_final: bool) -> str:
-    """A plain ``<|role|>`` template (the checkpoints served here carry no chat template)."""
-    if continue_final and add_generation_prompt:
-        raise ApiError(
-            400,
-            "continue_final_message and add_generation_prompt cannot both be true",
-            param="continue_final_message",
-        )
-    if continue_final and messages[-1].role != "assistant":
-        raise ApiError(400, "continue_final_message needs a final assistant message", param="messages")
-    parts = []
-    for i, m in enumerate(messages):
-        if m.content is None and m.role != "assistant":
-            raise ApiError(
-                400, f"content of a {m.role} message must not be null", param=f"messages[{i}].content"
-            )
-        text = m.content if isinstance(m.content, str) else "".join(p.text for p in m.content or [])
-        parts.append(f"<|{m.role}|>\n{text}" + ("" if continue_final and i == len(messages) - 1 else "\n"))
-    return "".join(parts) + ("<|assistant|>\n" if add_generation_prompt else "")
+def chat_text(body, cap: Capacity, cfg: ServeConfig) -> str:
+    """The prompt text of a chat request (or of ``/tokenize`` with ``messages``)."""
+    return render_chat(
+        cap.tokenizer,
+        body.messages,
+        add_generation_prompt=body.add_generation_prompt,
+        continue_final_message=body.continue_final_message,
+        request_template=body.chat_template,
+        server_template=cfg.chat_template,
+        trust_request_template=cfg.trust_request_chat_template,
+        template_kwargs=body.chat_template_kwargs,
+    )
 
 
 def _reject_unsupported(body, cfg: ServeConfig) -> None:
@@ -138,13 +131,13 @@ def _prompt_list(prompt) -> list:
     return list(prompt)
 
 
-def _encode(prompt: str | list[int], cap: Capacity, param: str) -> list[int]:
+def _encode(prompt: str | list[int], cap: Capacity, param: str, add_special_tokens: bool) -> list[int]:
     if not isinstance(prompt, str):
         return list(prompt)
     if cap.tokenizer is None:
         raise ApiError(400, "text prompts need a tokenizer; send token ids", param=param)
     try:
-        return cap.tokenizer.encode(prompt)  # type: ignore[attr-defined]
+        return cap.tokenizer.encode(prompt, add_special_tokens=add_special_tokens)  # type: ignore[attr-defined]
     except InvalidArgumentError as err:
         raise ApiError(400, str(err), param=param) from None
 
@@ -169,7 +162,7 @@ def _plan(
         for i in range(body.n):
             jobs.append(Job(p * body.n + i, ids, _params(body, max_tokens, i)))
     rid = body.request_id or uuid.uuid4().hex
-    hidden = {*(body.stop_token_ids or ()), *(() if cap.eos_token_id is None else (cap.eos_token_id,))}
+    hidden = {*(body.stop_token_ids or ()), *cap.eos_token_ids}
     return Plan(
         ("chatcmpl-" if chat else "cmpl-") + rid,
         chat,
@@ -230,7 +223,7 @@ def _params(body, max_tokens: int, i: int) -> SamplingParams:
             deterministic=body.deterministic,
             stop_token_ids=tuple(body.stop_token_ids or ()),
             ignore_eos=body.ignore_eos,
-            priority=body.priority,
+            priority=-body.priority,  # HTTP: vLLM's lower-first; engine: larger is more urgent
         )
     except InvalidArgumentError as err:
         raise ApiError(400, str(err)) from None
