@@ -33,7 +33,7 @@ VLLM_REQUEST_FIELDS = {
              "continue_final_message", "tools", "tool_choice", "chat_template", "parallel_tool_calls"],
 }  # fmt: skip
 NON_DEFAULT = {  # a value that must be refused for each rejected parameter
-    "best_of": 3, "stream_options.continuous_usage_stats": True, "logprobs": 2, "top_logprobs": 2,
+    "best_of": 3, "stream_options.continuous_usage_stats": True,
     "prompt_logprobs": 1, "suffix": "x", "presence_penalty": 0.5, "frequency_penalty": 0.5,
     "repetition_penalty": 1.2, "logit_bias": {"1": 1.0}, "use_beam_search": True, "min_tokens": 1,
     "skip_special_tokens": False, "response_format": {"type": "json_object"}, "tools": [{"type": "function"}],

@@ -47,9 +47,9 @@ class AsciiJSONResponse(JSONResponse):
 
 def capacity_of(engine) -> Capacity:
     cfg = engine.config
-    return Capacity(
-        engine.tokenizer, engine.max_model_len, cfg.num_blocks * cfg.block_size, cfg.all_eos_token_ids
-    )
+    kv_tokens = cfg.num_blocks * cfg.block_size
+    eot = cfg.end_of_thinking_token_id
+    return Capacity(engine.tokenizer, engine.max_model_len, kv_tokens, cfg.all_eos_token_ids, eot)
 
 
 def create_app(runner: EngineRunner, config: ServeConfig | None = None) -> FastAPI:

@@ -16,7 +16,7 @@ from fastapi.responses import StreamingResponse
 
 from reasonserve.serve.config import ServeConfig
 from reasonserve.serve.errors import ApiError, error_body
-from reasonserve.serve.generation import Generation
+from reasonserve.serve.generation import ChoiceDelta, Generation
 from reasonserve.serve.metrics import ServerMetrics
 from reasonserve.serve.parsing import parse_body
 from reasonserve.serve.responses import final_body, sse, stream_chunk
@@ -47,7 +47,7 @@ class Generator:
         failed = [c.error for c in gen.choices.values() if c.error is not None]
         if failed:
             raise ApiError(500, failed[0])
-        return final_body(gen, self.cfg.model_name, self._echo(plan))
+        return final_body(gen, self.cfg.model_name, self._echo(plan), self.cap.tokenizer)
 
     def _plan(self, raw: bytes, model: type, planner: Callable) -> Plan:
         return planner(parse_body(raw, model), self.cap, self.cfg)
@@ -63,12 +63,14 @@ class Generator:
             echo = self._echo(plan)
             if plan.chat or plan.echo or plan.return_token_ids:
                 for c in sorted(gen.choices.values(), key=lambda c: c.index):
-                    yield sse(stream_chunk(gen, model, c, echo.get(c.index, ""), first=True))
-            async for choice, piece, new_ids in gen.updates():
+                    opening = ChoiceDelta(text=echo.get(c.index, ""), content=echo.get(c.index, ""))
+                    yield sse(stream_chunk(gen, model, c, opening, first=True))
+            wants_ids = plan.return_token_ids or plan.logprobs is not None
+            async for choice, delta in gen.updates():
                 if choice.error is not None:
                     yield sse(error_body(500, choice.error))
-                elif piece or (new_ids and plan.return_token_ids) or choice.finish_reason is not None:
-                    yield sse(stream_chunk(gen, model, choice, piece, new_ids=new_ids))
+                elif delta.text or (delta.token_ids and wants_ids) or choice.finish_reason is not None:
+                    yield sse(stream_chunk(gen, model, choice, delta, tokenizer=self.cap.tokenizer))
             if plan.include_usage:
                 yield sse(stream_chunk(gen, model, None, ""))
             yield sse("[DONE]")

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 
 from reasonserve.core.errors import UnknownRequestError
 from reasonserve.engine import Engine, RequestOutput, SamplingParams
+from reasonserve.engine.logprobs import TokenLogprobs
 from reasonserve.serve.errors import ApiError
 
 __all__ = ["EngineRunner", "Event"]
@@ -40,6 +41,7 @@ class Event:
     tokens: list[int]  # new verified tokens
     finished: RequestOutput | None = None
     error: str | None = None  # the request failed (engine error, shutdown)
+    logprobs: list[TokenLogprobs] | None = None  # of ``tokens``, when the request asked
 
 
 @dataclass
@@ -47,6 +49,7 @@ class _Live:
     loop: asyncio.AbstractEventLoop
     queue: asyncio.Queue
     sent: int = 0
+    logprobs: bool = False
 
 
 @dataclass
@@ -89,7 +92,8 @@ class EngineRunner:
     ) -> None:
         """Queue a request whose events go to ``queue``; raises :class:`ApiError`
         (400 rejected by the engine, 429 queue full, 503 engine not running)."""
-        add = _Add(request_id, prompt_ids, params, _Live(asyncio.get_running_loop(), queue))
+        live = _Live(asyncio.get_running_loop(), queue, logprobs=params.logprobs is not None)
+        add = _Add(request_id, prompt_ids, params, live)
         with self._cv:
             if not self.alive:
                 raise ApiError(503, "the engine is not running")
@@ -190,6 +194,7 @@ class EngineRunner:
             out = done.pop(rid, None)
             tokens = out.token_ids if out is not None else self._verified(rid)
             new = list(tokens[live.sent :])
+            logprobs = self._logprobs(rid, live, out) if new and live.logprobs else None
             live.sent += len(new)
             if out is not None:
                 error = (
@@ -197,10 +202,10 @@ class EngineRunner:
                     if out.finish_reason == "error"
                     else None
                 )
-                batches[live.loop].append((live.queue, Event(rid, new, out, error)))
+                batches[live.loop].append((live.queue, Event(rid, new, out, error, logprobs)))
                 self._forget(rid)
             elif new:
-                batches[live.loop].append((live.queue, Event(rid, new)))
+                batches[live.loop].append((live.queue, Event(rid, new, logprobs=logprobs)))
         for loop, batch in batches.items():
             _send(loop, batch)
 
@@ -226,6 +231,14 @@ class EngineRunner:
     def _engine_abort(self, request_id: str) -> None:
         with contextlib.suppress(UnknownRequestError):  # it finished in the meantime
             self.engine.abort(request_id)
+
+    def _logprobs(self, request_id: str, live: _Live, out: RequestOutput | None) -> list[TokenLogprobs]:
+        if out is not None:
+            return list((out.logprobs or [])[live.sent :])
+        try:
+            return self.engine.verified_logprobs(request_id, live.sent)
+        except UnknownRequestError:
+            return []
 
     def _verified(self, request_id: str) -> list[int]:
         try:
