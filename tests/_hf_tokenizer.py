@@ -52,3 +52,13 @@ def write_tiny_hf_tokenizer(folder: str | pathlib.Path, *, chat_template: str | 
     ids = {t: fast.convert_tokens_to_ids(t) for t in ADDED}
     assert ids == ADDED, ids
     (pathlib.Path(folder) / "generation_config.json").write_text(json.dumps({"eos_token_id": [256, 257]}))
+
+
+def tiny_hf_checkpoint(folder: str | pathlib.Path) -> pathlib.Path:
+    """A tiny random Qwen3 checkpoint (head_dim 16, EOS ``<|im_end|>``) with this tokenizer."""
+    from reasonserve.engine import make_tiny_checkpoint
+
+    extra = {"head_dim": 16, "eos_token_id": ADDED["<|im_end|>"]}
+    path = make_tiny_checkpoint(folder, model_type="qwen3", vocab_size=VOCAB_SIZE, extra=extra)
+    write_tiny_hf_tokenizer(path)
+    return path

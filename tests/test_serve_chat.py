@@ -10,7 +10,7 @@ pytest.importorskip("fastapi")
 transformers = pytest.importorskip("transformers", reason="HF tokenizers need transformers (dev extra)")
 from fastapi.testclient import TestClient  # noqa: E402
 
-from _hf_tokenizer import ADDED, VOCAB_SIZE, write_tiny_hf_tokenizer  # noqa: E402
+from _hf_tokenizer import ADDED, VOCAB_SIZE, tiny_hf_checkpoint, write_tiny_hf_tokenizer  # noqa: E402
 from reasonserve.engine import Engine, EngineConfig, make_tiny_checkpoint  # noqa: E402
 from reasonserve.serve import launch  # noqa: E402
 from reasonserve.serve.app import capacity_of, create_app  # noqa: E402
@@ -24,10 +24,7 @@ USER = [{"role": "user", "content": "What is 2+2?"}]
 
 @pytest.fixture(scope="module")
 def folder(tmp_path_factory):
-    path = make_tiny_checkpoint(tmp_path_factory.mktemp("hfchat"), model_type="qwen3", vocab_size=VOCAB_SIZE,
-                                extra={"head_dim": 16, "eos_token_id": ADDED["<|im_end|>"]})  # fmt: skip
-    write_tiny_hf_tokenizer(path)
-    return path
+    return tiny_hf_checkpoint(tmp_path_factory.mktemp("hfchat"))
 
 
 @pytest.fixture(scope="module")

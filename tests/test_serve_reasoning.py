@@ -15,9 +15,9 @@ httpx = pytest.importorskip("httpx")
 pytest.importorskip("uvicorn")
 transformers = pytest.importorskip("transformers", reason="HF tokenizers need transformers (dev extra)")
 
-from _hf_tokenizer import ADDED, VOCAB_SIZE, write_tiny_hf_tokenizer  # noqa: E402
+from _hf_tokenizer import ADDED, tiny_hf_checkpoint  # noqa: E402
 from _live_server import TIMEOUT_S, live_server  # noqa: E402
-from reasonserve.engine import Engine, EngineConfig, make_tiny_checkpoint  # noqa: E402
+from reasonserve.engine import Engine, EngineConfig  # noqa: E402
 from reasonserve.serve import launch  # noqa: E402
 from reasonserve.serve.config import ServeConfig  # noqa: E402
 from reasonserve.serve.reasoning_parser import get_reasoning_parser  # noqa: E402
@@ -29,10 +29,7 @@ PARSER = get_reasoning_parser("qwen3")
 
 @pytest.fixture(scope="module")
 def folder(tmp_path_factory):
-    path = make_tiny_checkpoint(tmp_path_factory.mktemp("r1"), model_type="qwen3", vocab_size=VOCAB_SIZE,
-                                extra={"head_dim": 16, "eos_token_id": ADDED["<|im_end|>"]})  # fmt: skip
-    write_tiny_hf_tokenizer(path)
-    return path
+    return tiny_hf_checkpoint(tmp_path_factory.mktemp("r1"))
 
 
 def _engine(folder, **overrides) -> Engine:

@@ -10,18 +10,17 @@ parameter table, limits and behaviour on disconnects and shutdown.
 
 from __future__ import annotations
 
-import asyncio
-import json
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 from fastapi import FastAPI, Request
 from fastapi.openapi.utils import get_openapi
-from fastapi.responses import JSONResponse, PlainTextResponse
+from fastapi.responses import PlainTextResponse
 from pydantic.json_schema import models_json_schema
 
 from reasonserve.serve.config import ServeConfig
-from reasonserve.serve.errors import ApiError, install_error_handlers
-from reasonserve.serve.limits import BodyLimitMiddleware
+from reasonserve.serve.errors import ApiError, AsciiJSONResponse, install_error_handlers
+from reasonserve.serve.limits import BodyLimitMiddleware, RequestLimitMiddleware
 from reasonserve.serve.metrics import ServerMetrics
 from reasonserve.serve.parsing import parse_body
 from reasonserve.serve.protocol import (
@@ -36,13 +35,6 @@ from reasonserve.serve.sampling import Capacity, plan_chat, plan_completion
 from reasonserve.serve.tokens import detokenize, tokenize
 
 __all__ = ["AsciiJSONResponse", "capacity_of", "create_app"]
-
-
-class AsciiJSONResponse(JSONResponse):
-    """JSON with non-ASCII escaped: a lone surrogate echoed from a request cannot break it."""
-
-    def render(self, content) -> bytes:
-        return json.dumps(content, ensure_ascii=True, allow_nan=False, separators=(",", ":")).encode("ascii")
 
 
 def capacity_of(engine) -> Capacity:
@@ -60,7 +52,8 @@ def create_app(runner: EngineRunner, config: ServeConfig | None = None) -> FastA
     app = FastAPI(title="reasonserve", default_response_class=AsciiJSONResponse)
     install_error_handlers(app)
     metrics = ServerMetrics()
-    gen = Generator(runner, capacity_of(runner.engine), cfg, metrics)
+    planning = ThreadPoolExecutor(max_workers=1, thread_name_prefix="reasonserve-plan")
+    gen = Generator(runner, capacity_of(runner.engine), cfg, metrics, planning)
     started = int(time.time())
 
     @app.get("/health")
@@ -98,19 +91,18 @@ def create_app(runner: EngineRunner, config: ServeConfig | None = None) -> FastA
     @app.post("/tokenize")
     async def tokenize_route(request: Request):
         raw = await request.body()
-        return await asyncio.to_thread(lambda: tokenize(parse_body(raw, TokenizeRequest), gen.cap, cfg))
+        return await gen.work(lambda: tokenize(parse_body(raw, TokenizeRequest), gen.cap, cfg))
 
     @app.post("/detokenize")
     async def detokenize_route(request: Request):
         raw, vocab = await request.body(), runner.engine.model.cfg.vocab_size
-        return await asyncio.to_thread(
-            lambda: detokenize(parse_body(raw, DetokenizeRequest), gen.cap, cfg, vocab)
-        )
+        return await gen.work(lambda: detokenize(parse_body(raw, DetokenizeRequest), gen.cap, cfg, vocab))
 
     app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
     app.add_middleware(
         BodyLimitMiddleware, max_bytes=cfg.max_request_bytes, body_timeout_s=cfg.body_timeout_s
     )
+    app.add_middleware(RequestLimitMiddleware, max_requests=cfg.max_connections)  # outermost
     return app
 
 

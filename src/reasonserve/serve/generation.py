@@ -48,12 +48,8 @@ class ChoiceDelta:
 
 
 class ChoiceState:
-    def __init__(self, job: Job, plan: Plan, cap: Capacity) -> None:
-        self.index, self.engine_id, self.prompt_ids = (
-            job.index,
-            f"{plan.response_id}-{job.index}",
-            job.prompt_ids,
-        )
+    def __init__(self, job: Job, plan: Plan, cap: Capacity, engine_id: str) -> None:
+        self.index, self.engine_id, self.prompt_ids = job.index, engine_id, job.prompt_ids
         self.text = ChoiceText(cap.tokenizer, plan.stop, include_stop=plan.include_stop)
         self._hidden, self._eos = plan.hidden_ids, cap.eos_token_ids
         setup = plan.reasoning
@@ -70,6 +66,7 @@ class ChoiceState:
         self.finish_reason: str | None = None
         self.stop_reason: str | int | None = None
         self.error: str | None = None
+        self.error_status = 500
         self.first_token_s: float | None = None
         self.ttfat_s: float | None = None
         self.num_cached_tokens = 0  # prompt tokens the engine's prefix cache served
@@ -84,7 +81,7 @@ class ChoiceState:
             self.first_token_s = time.monotonic()
         if event.error is not None:
             self.token_ids += event.tokens
-            self.finish_reason, self.error = "error", event.error
+            self.finish_reason, self.error, self.error_status = "error", event.error, event.status
             return ChoiceDelta(token_ids=list(event.tokens))
         out = event.finished
         hidden_last = out is not None and self._ended_by_hidden_token(out)
@@ -137,20 +134,32 @@ class ChoiceState:
 
 
 class Generation:
-    def __init__(self, runner: EngineRunner, plan: Plan, cap: Capacity, metrics: ServerMetrics) -> None:
+    """``serial``: a number unique in this server, so engine ids never collide even when
+    clients reuse a ``request_id`` (the response id is theirs; the engine's are ours)."""
+
+    def __init__(
+        self, runner: EngineRunner, plan: Plan, cap: Capacity, metrics: ServerMetrics, *, serial: int = 0
+    ) -> None:
         self.runner, self.plan, self.metrics = runner, plan, metrics
         self.arrival_s = time.monotonic()
         self.created = int(time.time())
-        self.choices = {c.engine_id: c for c in (ChoiceState(job, plan, cap) for job in plan.jobs)}
-        self._jobs = {f"{plan.response_id}-{job.index}": job for job in plan.jobs}
+        states = [
+            ChoiceState(job, plan, cap, f"{plan.response_id}-{serial}-{job.index}") for job in plan.jobs
+        ]
+        self.choices = {c.engine_id: c for c in states}
+        self._jobs = [(c.engine_id, job) for c, job in zip(states, plan.jobs, strict=True)]
         self._queue: asyncio.Queue = asyncio.Queue()
         self._submitted: list[str] = []
 
     async def start(self) -> None:
+        """Submit every choice at once; if any is refused (or this task is cancelled), abort
+        them all. The ids are this server's own, so an abort can never reach another
+        client's request."""
+        self._submitted = [engine_id for engine_id, _ in self._jobs]
         try:
-            for engine_id, job in self._jobs.items():
-                self._submitted.append(engine_id)
-                await self.runner.submit(job.prompt_ids, job.params, engine_id, self._queue)
+            await self.runner.submit_all(
+                [(job.prompt_ids, job.params, rid) for rid, job in self._jobs], self._queue
+            )
         except BaseException:
             self.close()
             raise

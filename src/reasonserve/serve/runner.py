@@ -42,6 +42,7 @@ class Event:
     finished: RequestOutput | None = None
     error: str | None = None  # the request failed (engine error, shutdown)
     logprobs: list[TokenLogprobs] | None = None  # of ``tokens``, when the request asked
+    status: int = 500  # HTTP status of ``error``: 503 when the server is shutting down
 
 
 @dataclass
@@ -90,23 +91,41 @@ class EngineRunner:
     async def submit(
         self, prompt_ids: list[int], params: SamplingParams, request_id: str, queue: asyncio.Queue
     ) -> None:
-        """Queue a request whose events go to ``queue``; raises :class:`ApiError`
-        (400 rejected by the engine, 429 queue full, 503 engine not running)."""
-        live = _Live(asyncio.get_running_loop(), queue, logprobs=params.logprobs is not None)
-        add = _Add(request_id, prompt_ids, params, live)
+        """:meth:`submit_all` of one request."""
+        await self.submit_all([(prompt_ids, params, request_id)], queue)
+
+    async def submit_all(
+        self, requests: list[tuple[list[int], SamplingParams, str]], queue: asyncio.Queue
+    ) -> None:
+        """Queue requests whose events go to ``queue``, room for all of them or none.
+        Raises :class:`ApiError`: 400 when they could never fit the queue or the engine
+        rejects one (the others are still queued: the caller aborts them), 429 when the
+        queue is full now, 503 when the engine is not running."""
+        loop = asyncio.get_running_loop()
+        adds = [
+            _Add(rid, ids, p, _Live(loop, queue, logprobs=p.logprobs is not None)) for ids, p, rid in requests
+        ]
         with self._cv:
             if not self.alive:
                 raise ApiError(503, "the engine is not running")
-            if self._num_live >= self.max_queued_requests:
+            if len(adds) > self.max_queued_requests:
+                raise ApiError(
+                    400,
+                    f"this request needs {len(adds)} engine requests (prompts x n) but the server "
+                    f"queues at most {self.max_queued_requests}",
+                    param="n",
+                )
+            if self._num_live + len(adds) > self.max_queued_requests:
                 raise ApiError(
                     429,
                     f"too many queued requests (limit {self.max_queued_requests}); retry later",
                     headers={"Retry-After": "1"},
                 )
-            self._num_live += 1
-            self._inbox.append(add)
+            self._num_live += len(adds)
+            self._inbox.extend(adds)
             self._cv.notify()
-        await asyncio.wrap_future(add.future)
+        for add in adds:
+            await asyncio.wrap_future(add.future)
 
     def abort(self, request_id: str) -> None:
         """Abort a request (no-op once it finished); never blocks on the engine."""
@@ -114,11 +133,16 @@ class EngineRunner:
             self._inbox.append(request_id)
             self._cv.notify()
 
-    def close(self, timeout_s: float = 10.0) -> None:
-        """Fail what is still running ("server shutting down") and stop the thread."""
+    def stop(self) -> None:
+        """Fail what is still running (503 "the server is shutting down": streams get an
+        error event) and let the thread end; returns at once."""
         with self._cv:
             self._closing = True
             self._cv.notify()
+
+    def close(self, timeout_s: float = 10.0) -> None:
+        """:meth:`stop`, then wait for the thread."""
+        self.stop()
         self._thread.join(timeout=timeout_s)
 
     # engine thread --------------------------------------------------------------------
@@ -131,7 +155,9 @@ class EngineRunner:
             _log.exception("the engine loop died")
         finally:
             self._fail_live(
-                "the engine stopped" if self.error else "the server is shutting down", abort=False
+                "the engine stopped" if self.error else "the server is shutting down",
+                abort=False,
+                status=500 if self.error else 503,
             )
             self._fail_inbox()
             if self.error is not None and self._on_exit is not None:
@@ -147,7 +173,7 @@ class EngineRunner:
         for command in commands:
             self._add(command) if isinstance(command, _Add) else self._abort(command)
         if closing:
-            self._fail_live("the server is shutting down")
+            self._fail_live("the server is shutting down", status=503)
             return False
         if self.engine.has_unfinished():
             self._step()
@@ -209,12 +235,12 @@ class EngineRunner:
         for loop, batch in batches.items():
             _send(loop, batch)
 
-    def _fail_live(self, message: str, *, abort: bool = True) -> None:
+    def _fail_live(self, message: str, *, abort: bool = True, status: int = 500) -> None:
         batches: dict[asyncio.AbstractEventLoop, list] = defaultdict(list)
         for rid, live in list(self._live.items()):
             if abort:
                 self._engine_abort(rid)
-            batches[live.loop].append((live.queue, Event(rid, [], None, message)))
+            batches[live.loop].append((live.queue, Event(rid, [], None, message, status=status)))
             self._forget(rid)
         for loop, batch in batches.items():
             _send(loop, batch)
