@@ -183,9 +183,14 @@ def _grader(kind: str):
 def _serve(args) -> int:
     """Serve until SIGTERM (exit 0) or until the engine loop dies (exit 1)."""
     from reasonserve.engine import Engine, EngineConfig
-    from reasonserve.serve import launch
-    from reasonserve.serve.config import ServeConfig
-    from reasonserve.serve.server import serve
+
+    try:
+        from reasonserve.serve import launch
+        from reasonserve.serve.config import ServeConfig
+        from reasonserve.serve.server import serve
+    except ImportError as err:  # fastapi / uvicorn missing
+        hint = f"reasonserve serve needs: pip install 'reasonserve[serve]' ({err})"
+        raise ImplementationUnavailableError(hint) from err
 
     tokenizer = launch.load_serving_tokenizer(args.model)
     eot = args.end_of_thinking_token_id
@@ -206,6 +211,8 @@ def _serve(args) -> int:
                       trust_request_chat_template=args.trust_request_chat_template,
                       reasoning_parser=args.reasoning_parser)  # fmt: skip
     if args.replicas is not None:  # Ray Serve replicas (issue 17)
+        if args.policy_args is not None:
+            raise InvalidArgumentError("--policy-args does not reach --replicas (they take policies by name)")
         from reasonserve.adapters.ray_serve import RayServeConfig
 
         try:

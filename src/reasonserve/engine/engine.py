@@ -224,14 +224,16 @@ class Engine:
             logits, [s.params for s in ready], [s.seed for s in ready], [s.num_tokens for s in ready]
         )
         outs = []
-        for seq, token, row in zip(ready, tokens, logits, strict=True):
+        for row, (seq, token) in enumerate(zip(ready, tokens, strict=True)):
             try:
-                outs += self._take(seq, token, row, trusted=kernels is INVARIANT)
+                outs += self._take(seq, token, logits, row, trusted=kernels is INVARIANT)
             except Exception as err:
                 outs.append(self._finish(seq, "error", error=err))
         return outs
 
-    def _take(self, seq: Seq, token: int | Exception, row, *, trusted: bool) -> list[RequestOutput]:
+    def _take(
+        self, seq: Seq, token: int | Exception, logits, row: int, *, trusted: bool
+    ) -> list[RequestOutput]:
         if isinstance(token, Exception):
             raise token
         forced = seq.forced_token(len(seq.output))
@@ -240,7 +242,7 @@ class Engine:
         elif not trusted and self.fast_path_fault is not None:
             token = self.fast_path_fault(seq.request_id, seq.num_tokens, token)
         k = seq.params.logprobs
-        seq.append(token, self.clock(), None if k is None else token_logprobs(row, token, k))
+        seq.append(token, self.clock(), None if k is None else token_logprobs(logits[row], token, k))
         seq.dvr.on_sampled(len(seq.output), trusted, seq.params.deterministic and self.config.mode == "dvr")
         return self._settle(seq, None)
 

@@ -21,7 +21,7 @@ import pathlib
 from collections.abc import Sequence
 from typing import Any, Protocol
 
-from reasonserve.core.errors import InvalidArgumentError
+from reasonserve.core.errors import ImplementationUnavailableError, InvalidArgumentError
 
 __all__ = [
     "BYTE_CHAT_TEMPLATE",
@@ -174,8 +174,15 @@ class IncrementalDecoder:
 
 
 def load_tokenizer(path: str | pathlib.Path, vocab_size: int) -> Tokenizer | None:
+    """The folder's HF tokenizer; without tokenizer files, the byte tokenizer (vocabularies
+    of 256+ ids) or None. Tokenizer files without ``transformers`` installed are an error:
+    the byte tokenizer would read such a model's ids wrong."""
     folder = pathlib.Path(path)
     has_files = any((folder / f).is_file() for f in ("tokenizer.json", "tokenizer_config.json"))
-    if has_files and importlib.util.find_spec("transformers") is not None:
+    if has_files:
+        if importlib.util.find_spec("transformers") is None:
+            raise ImplementationUnavailableError(
+                f"{folder} has a tokenizer, which needs transformers: pip install 'reasonserve[serve]'"
+            )
         return _HFTokenizer(str(folder))
     return ByteTokenizer() if vocab_size >= 256 else None
