@@ -105,7 +105,7 @@ def main() -> None:
     }
     meta = machine("cpu") | {"streams": args.streams, "reasoning_tokens": args.reasoning_tokens,
                              "repeats": args.repeats, "late_over_early_ours": round(growth["ours"], 2),
-                             "late_over_early_resplit": round(growth["re"], 2)}  # fmt: skip
+                             "late_over_early_resplit": round(growth["resplit"], 2)}  # fmt: skip
     report("reasoning_stream", rows, meta, RESULTS)
     print("(ms columns are microseconds per chunk / 1000)")
 

@@ -152,17 +152,13 @@ class Generation:
         self._submitted: list[str] = []
 
     async def start(self) -> None:
-        """Submit every choice at once; if any is refused (or this task is cancelled), abort
-        them all. The ids are this server's own, so an abort can never reach another
-        client's request."""
+        """Submit every choice at once (all or none; the runner aborts what it queued if
+        one is refused or this task is cancelled). The ids are this server's own, so an
+        abort can never reach another client's request."""
+        await self.runner.submit_all(
+            [(job.prompt_ids, job.params, rid) for rid, job in self._jobs], self._queue
+        )
         self._submitted = [engine_id for engine_id, _ in self._jobs]
-        try:
-            await self.runner.submit_all(
-                [(job.prompt_ids, job.params, rid) for rid, job in self._jobs], self._queue
-            )
-        except BaseException:
-            self.close()
-            raise
 
     async def updates(self) -> AsyncIterator[tuple[ChoiceState, ChoiceDelta]]:
         """(choice, delta) until every choice has finished. Events that queued up while

@@ -86,10 +86,15 @@ class Generator:
             async for choice, delta in gen.updates():
                 if choice.error is not None:
                     yield sse(error_body(choice.error_status, choice.error))
-                elif delta.text or (delta.token_ids and wants_ids) or choice.finish_reason is not None:
+                elif (
+                    delta.reasoning
+                    or delta.content
+                    or (delta.token_ids and wants_ids)
+                    or choice.finish_reason
+                ):
                     yield sse(stream_chunk(gen, model, choice, delta, tokenizer=self.cap.tokenizer))
             if plan.include_usage:
-                yield sse(stream_chunk(gen, model, None, ""))
+                yield sse(stream_chunk(gen, model, None))
             yield sse("[DONE]")
         finally:
             gen.close()

@@ -99,8 +99,8 @@ class EngineRunner:
     ) -> None:
         """Queue requests whose events go to ``queue``, room for all of them or none.
         Raises :class:`ApiError`: 400 when they could never fit the queue or the engine
-        rejects one (the others are still queued: the caller aborts them), 429 when the
-        queue is full now, 503 when the engine is not running."""
+        rejects one, 429 when the queue is full now, 503 when the engine is not running.
+        If one is rejected, or the caller is cancelled while waiting, all are aborted."""
         loop = asyncio.get_running_loop()
         adds = [
             _Add(rid, ids, p, _Live(loop, queue, logprobs=p.logprobs is not None)) for ids, p, rid in requests
@@ -124,8 +124,13 @@ class EngineRunner:
             self._num_live += len(adds)
             self._inbox.extend(adds)
             self._cv.notify()
-        for add in adds:
-            await asyncio.wrap_future(add.future)
+        try:
+            for add in adds:
+                await asyncio.wrap_future(add.future)
+        except BaseException:
+            for add in adds:  # after the adds in the inbox; a no-op for a rejected one
+                self.abort(add.request_id)
+            raise
 
     def abort(self, request_id: str) -> None:
         """Abort a request (no-op once it finished); never blocks on the engine."""

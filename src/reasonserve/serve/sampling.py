@@ -76,7 +76,7 @@ def plan_completion(body: CompletionRequest, cap: Capacity, cfg: ServeConfig) ->
     if body.echo and body.logprobs is not None:
         raise ApiError(400, "echo with logprobs needs prompt logprobs (not supported)", param="logprobs")
     prompts = [_encode(p, cap, "prompt", body.add_special_tokens) for p in _prompt_list(body.prompt)]
-    budget = _thinking_budget(body, cap, cfg, [_prompt_text(p, cap) for p in _prompt_list(body.prompt)])
+    budget = _thinking_budget(body, cap, cfg, _prompt_list(body.prompt))
     return _plan(
         body,
         prompts,
@@ -134,9 +134,10 @@ def _reasoning(
     return ReasoningSetup(parser, in_answer, tags, body.include_reasoning)
 
 
-def _thinking_budget(body, cap: Capacity, cfg: ServeConfig, prompts: list[str | None]) -> list[int | None]:
-    """Each prompt's ``thinking_token_budget`` for the engine (None where the prompt
-    already closed the thinking block: its output is all answer)."""
+def _thinking_budget(body, cap: Capacity, cfg: ServeConfig, prompts: list) -> list[int | None]:
+    """Each prompt's ``thinking_token_budget`` for the engine (None where the prompt —
+    text, or token ids decoded here, only when a budget is asked for — already closed
+    the thinking block: its output is all answer)."""
     budget = body.thinking_token_budget
     if budget is None:
         return [None] * len(prompts)
@@ -149,7 +150,8 @@ def _thinking_budget(body, cap: Capacity, cfg: ServeConfig, prompts: list[str | 
         )
     parser = get_reasoning_parser(cfg.reasoning_parser)
     kwargs = getattr(body, "chat_template_kwargs", None)
-    return [None if parser.starts_in_answer(p, kwargs) else budget for p in prompts]
+    texts = [_prompt_text(p, cap) for p in prompts]
+    return [None if parser.starts_in_answer(t, kwargs) else budget for t in texts]
 
 
 def _prompt_text(prompt: str | list[int], cap: Capacity) -> str | None:

@@ -22,11 +22,10 @@ def tokenize(body: TokenizeRequest, cap: Capacity, cfg: ServeConfig) -> dict:
     tokenizer = _tokenizer(cap, "messages" if body.messages is not None else "prompt")
     if (body.prompt is None) == (body.messages is None):
         raise ApiError(400, "send exactly one of prompt and messages", param="prompt")
-    if body.messages is not None:
+    if body.prompt is None:
         text, param, special = chat_text(body, cap, cfg), "messages", bool(body.add_special_tokens)
     else:
-        text, param = body.prompt, "prompt"
-        special = body.add_special_tokens is not False
+        text, param, special = body.prompt, "prompt", body.add_special_tokens is not False
     try:
         tokens = tokenizer.encode(text, add_special_tokens=special)
     except InvalidArgumentError as err:
