@@ -90,12 +90,22 @@ def saved(tmp_path_factory):
     return get
 
 
+_OURS: dict = {}
+
+
+def _ours(path) -> DecoderModel:
+    """The engine's model of a folder, loaded once (runners bring their own KV cache)."""
+    if path not in _OURS:
+        _OURS[path] = DecoderModel.from_pretrained(path)
+    return _OURS[path]
+
+
 def _hf_logits(model, ids: list[int]) -> torch.Tensor:
     with torch.no_grad():
         return model(input_ids=torch.tensor([ids])).logits[0]
 
 
-def _paged_logits(model: DecoderModel, prompts: list[list[int]], decode: list[list[int]], kernels, chunk=5):
+def _paged_logits(model: DecoderModel, prompts: list[list[int]], decode: list[list[int]], kernels, chunk=8):
     """Chunked prefill of all prompts packed together, then one decode step at a time."""
     runner = ModelRunner(model, num_blocks=64, block_size=4)
     tables = [list(range(i * 16, (i + 1) * 16)) for i in range(len(prompts))]
@@ -123,14 +133,19 @@ def _prompts(seed: int) -> list[list[int]]:
     return [torch.randint(0, 256, (n,), generator=g).tolist() for n in (23, 11)]
 
 
-@pytest.mark.parametrize("name", sorted(FAMILIES))
-@pytest.mark.parametrize("kernels", [INVARIANT, STOCK], ids=["invariant", "stock"])
+# the stock kernels fuse q/k/v and gate/up with their biases: checked where that matters
+CASES = [(name, INVARIANT) for name in sorted(FAMILIES)] + [
+    (name, STOCK) for name in ("llama_linear", "qwen2", "qwen3_yarn")
+]
+
+
+@pytest.mark.parametrize(("name", "kernels"), CASES, ids=[f"{n}-{k.name}" for n, k in CASES])
 def test_paged_prefill_and_decode_logits_match_transformers(saved, name, kernels):
     path, hf = saved(name)
-    model = DecoderModel.from_pretrained(path)
+    model = _ours(path)
     prompts = _prompts(0)
     decode = [
-        [int(t) for t in torch.randint(0, 256, (4,), generator=torch.Generator().manual_seed(i))]
+        [int(t) for t in torch.randint(0, 256, (3,), generator=torch.Generator().manual_seed(i))]
         for i in range(2)
     ]
     ours = _paged_logits(model, prompts, decode, kernels)
@@ -139,16 +154,16 @@ def test_paged_prefill_and_decode_logits_match_transformers(saved, name, kernels
         torch.testing.assert_close(mine, ref, atol=ATOL, rtol=RTOL, msg=f"{name}/{kernels.name}")
 
 
-@pytest.mark.parametrize("name", sorted(FAMILIES))
+@pytest.mark.parametrize("name", ["llama3", "qwen2_tied", "qwen3_yarn"])
 def test_engine_greedy_tokens_equal_transformers_generate(saved, name):
     path, hf = saved(name)
     engine = Engine.from_pretrained(path, EngineConfig(block_size=4, num_blocks=64, max_num_batched_tokens=8,
                                                        mode="batch_invariant", max_model_len=64))  # fmt: skip
     prompt = _prompts(3)[0]
-    out = engine.generate([prompt], SamplingParams(max_tokens=10, temperature=0.0, ignore_eos=True))[0]
+    out = engine.generate([prompt], SamplingParams(max_tokens=8, temperature=0.0, ignore_eos=True))[0]
     with torch.no_grad():
         greedy = transformers.GenerationConfig(
-            max_new_tokens=10, do_sample=False, eos_token_id=None, pad_token_id=0
+            max_new_tokens=8, do_sample=False, eos_token_id=None, pad_token_id=0
         )
         ids = torch.tensor([prompt])  # an explicit mask: pad id 0 may occur in the prompt
         ref = hf.generate(ids, attention_mask=torch.ones_like(ids), generation_config=greedy)[

@@ -209,6 +209,6 @@ def rope_tables(
     """``(cos, sin)``, each ``[num_positions, head_dim]`` (halves repeated, the HF
     ``rotate_half`` layout), scaled by the attention factor."""
     angles = torch.arange(num_positions, dtype=torch.float64)[:, None] * _inv_freq(rope, head_dim)
-    angles = torch.cat([angles, angles], dim=-1)
     scale = _attention_factor(rope)
-    return (angles.cos() * scale).to(device, dtype), (angles.sin() * scale).to(device, dtype)
+    cos, sin = ((f(angles) * scale).to(device, dtype) for f in (torch.cos, torch.sin))
+    return torch.cat([cos, cos], dim=-1), torch.cat([sin, sin], dim=-1)
