@@ -123,6 +123,12 @@ class ModelConfig:
         """Positions this model serves (its RoPE tables' length)."""
         return self.rope.max_context_len(self.max_position_embeddings)
 
+    @property
+    def default_max_model_len(self) -> int:
+        """The context served by default: the model's, capped at a sliding window (within
+        it, windowed and full attention are the same)."""
+        return min(self.max_context_len, self.sliding_window or self.max_context_len)
+
     def check_context(self, max_model_len: int) -> None:
         """Refuse a served context the model cannot compute exactly."""
         if max_model_len > self.max_context_len:

@@ -54,7 +54,7 @@ class Engine:
         decode-verify-rollback (None in production)."""
         self.model, self.config, self.clock = model, config or EngineConfig(), clock
         self.fast_path_fault, self.tokenizer = fast_path_fault, tokenizer
-        self.max_model_len = self.config.max_model_len or _default_context(model.cfg)
+        self.max_model_len = self.config.max_model_len or model.cfg.default_max_model_len
         model.cfg.check_context(self.max_model_len)
         self._eos = self.config.all_eos_token_ids
         self.runner = ModelRunner(model, self.config.num_blocks, self.config.block_size)
@@ -321,11 +321,6 @@ class Engine:
     def check_blocks(self) -> None:
         """Block accounting: every block is either free or held by a live request."""
         self.blocks.check([s.block_table for s in self.running])
-
-
-def _default_context(cfg) -> int:
-    """The model's context, capped at a sliding window (attention is exact up to it)."""
-    return min(cfg.max_context_len, cfg.sliding_window or cfg.max_context_len)
 
 
 def _invariant_prefill(seq: Seq, n: int) -> bool:

@@ -41,7 +41,9 @@ def capacity_of(engine) -> Capacity:
     cfg = engine.config
     kv_tokens = cfg.num_blocks * cfg.block_size
     eot = cfg.end_of_thinking_token_id
-    return Capacity(engine.tokenizer, engine.max_model_len, kv_tokens, cfg.all_eos_token_ids, eot)
+    model = getattr(engine, "model", None)  # an Engine; a replica pool's EngineInfo has vocab_size
+    vocab = model.cfg.vocab_size if model is not None else getattr(engine, "vocab_size", None)
+    return Capacity(engine.tokenizer, engine.max_model_len, kv_tokens, cfg.all_eos_token_ids, eot, vocab)
 
 
 def create_app(runner: EngineRunner, config: ServeConfig | None = None) -> FastAPI:
@@ -95,8 +97,8 @@ def create_app(runner: EngineRunner, config: ServeConfig | None = None) -> FastA
 
     @app.post("/detokenize")
     async def detokenize_route(request: Request):
-        raw, vocab = await request.body(), runner.engine.model.cfg.vocab_size
-        return await gen.work(lambda: detokenize(parse_body(raw, DetokenizeRequest), gen.cap, cfg, vocab))
+        raw = await request.body()
+        return await gen.work(lambda: detokenize(parse_body(raw, DetokenizeRequest), gen.cap, cfg))
 
     app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
     app.add_middleware(

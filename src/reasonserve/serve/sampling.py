@@ -30,6 +30,7 @@ class Capacity:
     kv_capacity_tokens: int
     eos_token_ids: frozenset[int]
     end_of_thinking_token_id: int | None = None  # the token a thinking budget forces
+    vocab_size: int | None = None  # token ids at or above it are refused by /detokenize
 
 
 @dataclass(frozen=True)

@@ -41,12 +41,13 @@ def tokenize(body: TokenizeRequest, cap: Capacity, cfg: ServeConfig) -> dict:
     return out
 
 
-def detokenize(body: DetokenizeRequest, cap: Capacity, cfg: ServeConfig, vocab_size: int) -> dict:
+def detokenize(body: DetokenizeRequest, cap: Capacity, cfg: ServeConfig) -> dict:
     _check_model(body.model, cfg)
     tokenizer = _tokenizer(cap, "tokens")
-    bad = next((t for t in body.tokens if t >= vocab_size), None)
+    vocab = cap.vocab_size
+    bad = next((t for t in body.tokens if vocab is not None and t >= vocab), None)
     if bad is not None:
-        raise ApiError(400, f"token id {bad} is outside the vocabulary [0, {vocab_size})", param="tokens")
+        raise ApiError(400, f"token id {bad} is outside the vocabulary [0, {vocab})", param="tokens")
     return {"prompt": tokenizer.decode(body.tokens)}
 
 
