@@ -17,8 +17,9 @@ class ServeConfig:
     """``max_tokens_limit``: largest ``max_tokens`` accepted. ``max_request_bytes``: body
     size limit, enforced while reading (chunked or not) -> 413. ``max_queued_requests``:
     engine requests (running + waiting) beyond which a request gets 429 + Retry-After.
-    ``max_choices_per_request``: prompts x ``n``. ``max_connections``: uvicorn's
-    ``limit_concurrency`` (503 beyond). ``header_timeout_s``/``body_timeout_s``: time a
+    ``max_choices_per_request``: prompts x ``n``. ``max_connections``: requests
+    served at once, ``/health`` and ``/metrics`` excepted (503 beyond, before the body is
+    read; ``serve/limits.py``). ``header_timeout_s``/``body_timeout_s``: time a
     client has to send a request's headers / its whole body (slow clients are cut off).
     ``keep_alive_s``: idle keep-alive. ``drain_timeout_s``: SIGTERM waits this long for
     in-flight requests, then aborts them and exits. ``chat_template``: the template text
