@@ -23,7 +23,7 @@ $(VENV)/.torch:
 	touch $@
 
 $(VENV)/.base: $(VENV)/.torch pyproject.toml $(NATIVE_SRC)
-	$(PIP) $(EDITABLE) .
+	$(PIP) $(EDITABLE) ".[serve]"
 	touch $@
 
 $(VENV)/.dev: $(VENV)/.torch pyproject.toml $(NATIVE_SRC)
