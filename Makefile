@@ -15,7 +15,7 @@ SIM_SRC := scripts/compile_sim.py src/reasonserve/native.py \
 	$(wildcard src/reasonserve/sim/*.py src/reasonserve/core/*.py src/reasonserve/policies/*.py)
 EDITABLE := --no-build-isolation -e
 
-.PHONY: demo test test-adapters lint typecheck docs bench clean
+.PHONY: demo test test-fast test-adapters lint typecheck docs bench clean
 
 $(VENV)/.torch:
 	$(PYTHON) -m venv $(VENV)
@@ -23,7 +23,7 @@ $(VENV)/.torch:
 	touch $@
 
 $(VENV)/.base: $(VENV)/.torch pyproject.toml $(NATIVE_SRC)
-	$(PIP) $(EDITABLE) .
+	$(PIP) $(EDITABLE) ".[serve]"
 	touch $@
 
 $(VENV)/.dev: $(VENV)/.torch pyproject.toml $(NATIVE_SRC)
@@ -44,6 +44,10 @@ $(VENV)/.simc: $(VENV)/.dev $(SIM_SRC)
 
 test: $(VENV)/.dev $(VENV)/.simc
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+# While iterating: the suite without the tests marked slow (make test and CI run them all).
+test-fast: $(VENV)/.dev
+	$(PY) -m pytest -m "not slow" $(PYTEST_ARGS)
 
 # The adapters against the real engines, in light CPU environments built once and cached
 # by scripts/adapter_envs.sh (CPU torch + the engine with --no-deps + a frozen list):

@@ -170,7 +170,11 @@ def _resolve(impl: str, logits: torch.Tensor) -> str:
     on_cpu = logits.device.type == "cpu"
     if impl == "auto":
         if on_cpu:
-            return "native" if _native_ready() else "torch"
+            if _native_ready():
+                return "native"
+            if not _native.available():
+                _native.warn_fallback()  # the same bits, slower
+            return "torch"
         return "triton" if logits.device.type == "cuda" and triton_installed() else "torch"
     if impl == "native" and not (on_cpu and _native_ready()):
         raise ImplementationUnavailableError(
