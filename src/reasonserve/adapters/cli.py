@@ -38,7 +38,7 @@ class EngineCommand:
 
 def add_adapter_parser(sub) -> None:
     p = sub.add_parser("adapter", help="print the vLLM / SGLang command line that loads reasonserve's pieces")
-    p.add_argument("engine", choices=["vllm", "sglang"])
+    p.add_argument("engine", choices=["vllm", "sglang"], help="the engine whose command line to print")
     p.add_argument("--model", default="Qwen/Qwen3-8B", help="model path or hub id for the engine")
     p.add_argument("--think-end-token-id", type=int, default=None,
                    help="id of </think> in the model's tokenizer: phase-aware scheduling on")  # fmt: skip
