@@ -19,6 +19,7 @@ def _parser() -> argparse.ArgumentParser:
     demo = sub.add_parser("demo", help="the embedded engine on a mixed workload, with a determinism proof")
     demo.add_argument("--seed", type=int, default=0, help="seed for weights and prompts")
     demo.add_argument("--json", metavar="PATH", help="also write the report as JSON")
+    _device_flags(demo)
     ops_demo = sub.add_parser("demo-ops", help="batch invariance with and without deterministic_mode()")
     ops_demo.add_argument("--batches", type=int, default=6, help="random batches to try (>= 1)")
     ops_demo.add_argument("--seed", type=int, default=0, help="seed for weights and prompts")
@@ -47,7 +48,14 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--replicas", type=int, default=None,
                        help="N engine replicas on Ray Serve, PASCAL-routed (ray extra; docs/ray_serve.md)")
     serve.add_argument("--router", default="pascal", choices=["pascal", "pow2"], help="with --replicas")
+    _device_flags(serve)
     return parser
+
+
+def _device_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--device", default="cpu", help="cpu | cuda | cuda:N (default cpu)")
+    p.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"],
+                   help="weights and activations (auto: float32 on CPU, bfloat16 on CUDA)")
 
 
 def _default_data() -> str:
@@ -187,8 +195,11 @@ def _serve(args) -> int:
 
         replicas = RayServeConfig(model=args.model, num_replicas=args.replicas, engine=engine_cfg,
                                   router=args.router, serve=cfg)  # fmt: skip
+        if (args.device, args.dtype) != ("cpu", "auto"):
+            raise InvalidArgumentError("--device/--dtype apply to one engine; --replicas runs CPU replicas")
         return run_local(replicas, host=args.host, port=args.port)
-    return serve(Engine.from_pretrained(args.model, engine_cfg), cfg, host=args.host, port=args.port)
+    engine = Engine.from_pretrained(args.model, engine_cfg, device=args.device, dtype=args.dtype)
+    return serve(engine, cfg, host=args.host, port=args.port)
 
 
 def _first(folder: pathlib.Path, pattern: str) -> str:
@@ -212,7 +223,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "demo":
         from reasonserve.engine_demo import run_engine_demo
 
-        return run_engine_demo(seed=args.seed, json_path=args.json, out=sys.stdout)
+        def demo():
+            return run_engine_demo(seed=args.seed, json_path=args.json, out=sys.stdout, device=args.device,
+                                   dtype=args.dtype)  # fmt: skip
+
+        return _reporting_errors("demo", demo)
     if args.command == "demo-ops":
         from reasonserve.demo import run_demo
 

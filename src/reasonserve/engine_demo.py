@@ -54,8 +54,8 @@ def _progress(done: int, total: int, label: str, err: TextIO) -> None:
     err.flush()
 
 
-def _run(path, config: EngineConfig, requests) -> tuple[Engine, dict, float]:
-    engine = Engine.from_pretrained(path, config)
+def _run(path, config: EngineConfig, requests, device, dtype) -> tuple[Engine, dict, float]:
+    engine = Engine.from_pretrained(path, config, device=device, dtype=dtype)
     start = time.perf_counter()
     for name, prompt, params in requests:
         engine.add_request(prompt, params, request_id=name)
@@ -83,8 +83,15 @@ def _latencies(outs) -> dict:
 
 
 def run_engine_demo(
-    *, seed: int = 0, json_path: str | None = None, out: TextIO, err: TextIO = sys.stderr
+    *,
+    seed: int = 0,
+    json_path: str | None = None,
+    out: TextIO,
+    err: TextIO = sys.stderr,
+    device: str = "cpu",
+    dtype: str | None = None,
 ) -> int:
+    """``device``/``dtype``: where the engine runs (``Engine.from_pretrained``'s arguments)."""
     path = make_tiny_checkpoint(
         tempfile.mkdtemp(prefix="reasonserve-demo-"),
         vocab_size=VOCAB,
@@ -119,7 +126,7 @@ def run_engine_demo(
     results = []
     for i, (label, config, reqs) in enumerate(runs, start=1):
         _progress(i, 3, label, err)
-        results.append((label, *_run(path, config, reqs)))
+        results.append((label, *_run(path, config, reqs, device, dtype)))
     err.write("\n")
     report = _report(results, requests, think, runs[0][1])
     _print(report, out)
@@ -152,7 +159,10 @@ def _report(results, requests, think, config: EngineConfig) -> dict:
                 **_latencies(list(outs.values())),
             }
         )
+    engine = results[0][1]
     settings = {
+        "device": str(engine.model.device),
+        "dtype": str(engine.model.dtype).removeprefix("torch."),
         "mode": config.mode,
         "dvr_window": config.dvr_window,
         "dvr_group_size": config.dvr_group_size,
@@ -181,7 +191,8 @@ _LEGEND = """
 def _print(report: dict, out: TextIO) -> None:
     st = report["settings"]
     out.write(
-        f"reasonserve engine demo: tiny random Qwen2-style model, mode={st['mode']} (DVR window "
+        f"reasonserve engine demo: tiny random Qwen2-style model on {st['device']} ({st['dtype']}), "
+        f"mode={st['mode']} (DVR window "
         f"{st['dvr_window']}, group {st['dvr_group_size']}), KV {st['num_blocks']} blocks x "
         f"{st['block_size']} tokens\n\n"
     )

@@ -25,6 +25,10 @@ class EngineConfig:
     of ``dvr_group_size`` x ``dvr_window`` tokens (decode-verify-rollback).
     ``mode="batch_invariant"``: every pass uses the batch-invariant kernels, so every
     request is deterministic and none is verified.
+
+    ``cuda_graphs``: on CUDA, decode steps of up to ``max_num_seqs`` requests replay CUDA
+    graphs captured per batch-size bucket (1, 2, 4, ..., ``max_num_seqs``), for both
+    kernel sets; ignored on CPU.
     """
 
     block_size: int = 16
@@ -40,6 +44,7 @@ class EngineConfig:
     dvr_window: int = 8
     dvr_group_size: int = 4
     preemption: str = "recompute"  # or "swap": copy the KV to host memory and back
+    cuda_graphs: bool = True  # on CUDA, decode steps replay graphs captured per batch-size bucket
 
     def __post_init__(self) -> None:
         if self.preemption not in ("recompute", "swap"):
@@ -51,5 +56,7 @@ class EngineConfig:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise InvalidArgumentError(f"{name} must be an int >= 1, got {value!r}")
+        if not isinstance(self.cuda_graphs, bool):
+            raise InvalidArgumentError(f"cuda_graphs must be a bool, got {self.cuda_graphs!r}")
         if self.max_model_len is not None and self.max_model_len < 2:
             raise InvalidArgumentError(f"max_model_len must be >= 2, got {self.max_model_len}")
