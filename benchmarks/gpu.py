@@ -31,7 +31,9 @@ Targets (issue #28): dvr 0 % >= 5x generate at batch 32 (0.5B), >= 2x (7B); dvr 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
+import io
 import json
 import random
 import statistics
@@ -223,24 +225,18 @@ def decode_step(model, setup: Setup, batch: int = 32) -> list[Row]:
 
 
 def op_rows(setup: Setup, smoke: bool) -> list[Row]:
-    """The invariant ops vs stock at serving shapes, from ``benchmarks/ops.py``."""
-    on_gpu = setup.device.startswith("cuda")
-    impl = "triton" if on_gpu else "auto"
-    serving = getattr(ops_bench, "serving_rows", None)  # the ops branch's serving-shape set, where present
-    if serving is not None and not smoke:
-        found = serving(setup.device, setup.dtype)
-    elif smoke:
-        found = ops_bench.linear_rows(setup.device, setup.dtype, [1], impl)[:1]
+    """The invariant ops vs stock at serving shapes: ``benchmarks/ops.py``'s GPU section
+    (quick set; its own table is folded into this one), or one CPU row with ``--smoke``."""
+    if smoke:
+        found = ops_bench.linear_rows(setup.device, setup.dtype, [1], "auto")[:1]
     else:
-        found = (ops_bench.linear_rows(setup.device, setup.dtype, [1, 32, 64, 256, 1024], impl)
-                 + ops_bench.row_op_rows(setup.device, setup.dtype, [32], impl)
-                 + ops_bench.attention_rows(setup.device, setup.dtype, [32], impl)
-                 + ops_bench.sample_rows(setup.device, [32]))  # fmt: skip
+        with contextlib.redirect_stdout(io.StringIO()):
+            found = ops_bench.print_ops_section(setup.device, quick=True)
     rows = []
     for r in found:
         target = f"time <= {r.target:g}x" if r.target is not None else ""
-        rows.append(Row("invariant ops vs stock (ms)", f"{r.op} {r.shape} vs {r.baseline}", r.candidate_ms,
-                        r.baseline_ms, r.ratio, target, r.met))  # fmt: skip
+        case, ms = f"{r.op} {r.shape} vs {r.baseline}", (r.candidate_ms, r.baseline_ms)
+        rows.append(Row("invariant ops vs stock (ms)", case, *ms, r.ratio, target, r.met))
     return rows
 
 

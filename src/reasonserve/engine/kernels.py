@@ -72,8 +72,8 @@ def _stock_add_rms_norm(h: torch.Tensor, delta: torch.Tensor, w: torch.Tensor, e
 
 
 def _invariant_add_rms_norm(h: torch.Tensor, delta: torch.Tensor, w: torch.Tensor, eps: float):
-    h = h + delta
-    return h, ops.rms_norm(h, w, eps)
+    normed, h = ops.add_rms_norm(delta, h, w, eps)  # one kernel on CUDA; the bits of add, then rms_norm
+    return h, normed
 
 
 def _stock_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
@@ -88,17 +88,18 @@ def _invariant_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> t
     return ops.attention(q[None], k[None], v[None], causal=True)[0]
 
 
+# Both paged ops get the host-side bounds and check=False: the engine checked every index on
+# the host (step_inputs.pack), and a device-side check would sync (and break graph capture).
 def _invariant_paged(q, k_cache, v_cache, meta: PagedMeta) -> torch.Tensor:
-    return ops.paged_attention(q, k_cache, v_cache, meta.block_tables, meta.seq_lens, meta.query_lens)
+    return ops.paged_attention(q, k_cache, v_cache, meta.block_tables, meta.seq_lens, meta.query_lens,
+                               max_seq_len=meta.max_seq_len, max_query_len=meta.max_query_len,
+                               check=False)  # fmt: skip
 
 
 def _stock_paged(q, k_cache, v_cache, meta: PagedMeta) -> torch.Tensor:
-    """STOCK's paged attention: the one place the engine calls it."""
-    stock = getattr(ops, "paged_attention_stock", None)  # until the ops branch lands it (issue 28)
-    if stock is None:
-        return _invariant_paged(q, k_cache, v_cache, meta)
-    return stock(q, k_cache, v_cache, meta.block_tables, meta.seq_lens, meta.query_lens,
-                 max_seq_len=meta.max_seq_len, max_query_len=meta.max_query_len)  # fmt: skip
+    return ops.paged_attention_stock(q, k_cache, v_cache, meta.block_tables, meta.seq_lens, meta.query_lens,
+                                     max_seq_len=meta.max_seq_len, max_query_len=meta.max_query_len,
+                                     check=False)  # fmt: skip
 
 
 INVARIANT = Kernels(
