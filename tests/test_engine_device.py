@@ -12,6 +12,8 @@ from dataclasses import replace
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from _compare import assert_bitwise_equal
 from _engine_steps import decode_chunks
@@ -325,3 +327,30 @@ def test_gpu_benchmark_smoke_runs_every_section_on_cpu(tmp_path, capsys, monkeyp
         and "0 verify passes" not in sweep["dvr 100% det"]["note"]
     )
     assert "engine vs generate (7B)" in capsys.readouterr().out
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 9), st.integers(0, 12), st.integers(0, 30), st.integers(0, 10)),
+                min_size=1, max_size=6))  # fmt: skip
+def test_pack_matches_a_row_by_row_reading_of_the_chunks(specs):
+    """Every row: its token (0 for dummies), position, block (scratch for dummies) and
+    offset; the logit rows are each chunk's last ``want`` real rows."""
+    bs, scratch, vocab = 4, 200, 100
+    chunks = []
+    for i, (real, pad_to, start, want) in enumerate(specs):
+        table = list(range(i * 10, i * 10 + -(-(start + max(real, pad_to)) // bs)))
+        chunks.append(Chunk([(7 * i + j) % vocab for j in range(real)], start, table, want, pad_to))
+    host = pack(chunks, bs, scratch, vocab, 64)
+    ids, positions, blocks, rows = [], [], [], []
+    for c in chunks:
+        n = max(len(c.tokens), c.pad_to)
+        rows += [len(ids) + j for j in range(len(c.tokens)) if j >= len(c.tokens) - c.want]
+        for j in range(n):
+            p, real = c.start + j, j < len(c.tokens)
+            ids.append(c.tokens[j] if real else 0)
+            positions.append(min(p, 63))
+            blocks.append(c.table[p // bs] if real else scratch)
+    assert host.ids.tolist() == ids and host.positions.tolist() == positions
+    assert host.slot_blocks.tolist() == blocks and host.rows.tolist() == rows
+    assert host.slot_offsets.tolist() == [(c.start + j) % bs for c in chunks for j in range(max(len(c.tokens), c.pad_to))]
+    assert host.seq_lens.tolist() == [c.start + max(len(c.tokens), c.pad_to) for c in chunks]

@@ -69,7 +69,8 @@ def cuda_capture(pool=None) -> Capture:
             fn()
         torch.cuda.current_stream().wait_stream(side)
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, pool=pool):
+        # thread_local: another thread's CUDA work (a second engine) does not break the capture
+        with torch.cuda.graph(graph, pool=pool, capture_error_mode="thread_local"):
             out = fn()
 
         def replay() -> torch.Tensor:
@@ -88,13 +89,9 @@ class _Static:
         def empty(*shape: int) -> torch.Tensor:
             return torch.empty(shape, dtype=torch.int32, device=device)
 
-        self.ids, self.positions, self.seq_lens, self.query_lens = (
-            empty(bucket),
-            empty(bucket),
-            empty(bucket),
-            empty(bucket),
-        )
-        self.blocks, self.offsets, self.tables = empty(bucket), empty(bucket), empty(bucket, width)
+        self.ids, self.positions, self.offsets = empty(bucket), empty(bucket), empty(bucket)
+        self.seq_lens, self.query_lens, self.blocks = empty(bucket), empty(bucket), empty(bucket)
+        self.tables = empty(bucket, width)
         self.scratch = scratch
         self.reset()
 
@@ -118,10 +115,9 @@ class _Static:
         self.tables[:, : m.block_tables.shape[1]].copy_(m.block_tables, non_blocking=True)
 
     def step(self, max_seq_len: int) -> DeviceStep:
-        meta = PagedMeta(
-            self.tables, self.seq_lens, self.query_lens, self.blocks, self.offsets, max_seq_len, 1
-        )
-        return DeviceStep(self.ids, self.positions, meta, None)  # logits of every row
+        """The buffers as a step: every row's logits; max_query_len 1 (decode tiles)."""
+        m = (self.tables, self.seq_lens, self.query_lens, self.blocks, self.offsets)
+        return DeviceStep(self.ids, self.positions, PagedMeta(*m, max_seq_len, 1), None)
 
 
 class DecodeGraphs:

@@ -13,6 +13,7 @@ were checked on the host, and reading them back would sync the device).
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Sequence
 from typing import NamedTuple
 
@@ -40,7 +41,8 @@ class Chunk(NamedTuple):
 
 
 class HostStep(NamedTuple):
-    """Host int32 tensors of one pass (``N`` query rows, ``B`` chunks, ``W`` table width)."""
+    """Host int64 tensors of one pass (``N`` query rows, ``B`` chunks, ``W`` table width);
+    :class:`Staging` turns them into one int32 buffer on the device."""
 
     ids: torch.Tensor  # [N]
     positions: torch.Tensor  # [N]
@@ -69,53 +71,66 @@ def pack(
     """Packed inputs of ``chunks`` (in order). Dummy rows (``pad_to``) get token 0 and the
     scratch block; table columns past a chunk's own blocks point at the scratch block.
     Raises InvalidArgumentError naming the chunk for out-of-range token ids, positions or
-    block numbers, or a table too short for the chunk's tokens."""
+    block numbers, or a table too short for the chunk's tokens.
+
+    Built as flat Python lists (per chunk: list extends and one step per block it spans)
+    and turned into tensors once: a decode step costs a few list operations per request."""
     if not chunks:
         raise InvalidArgumentError("a forward pass needs at least one chunk")
     bs = block_size
-    real = torch.tensor([len(c.tokens) for c in chunks])
-    n = torch.maximum(real, torch.tensor([c.pad_to for c in chunks]))
-    start = torch.tensor([c.start for c in chunks])
-    lens = torch.tensor([len(c.table) for c in chunks])
-    width = int(((start + n + bs - 1) // bs).max())
-    flat: list[int] = []  # one flat list: torch.tensor on nested lists is slow
+    ids: list[int] = []
+    positions: list[int] = []
+    blocks: list[int] = []
+    rows: list[int] = []
+    seq_lens: list[int] = []
+    query_lens: list[int] = []
+    for i, c in enumerate(chunks):
+        real, n, start = len(c.tokens), max(len(c.tokens), c.pad_to), c.start
+        end = start + real
+        if start < 0 or (real and (end > max_positions or end > len(c.table) * bs)):
+            raise _bad_chunk(i, chunks, vocab_size, max_positions, bs, scratch)
+        rows += range(len(ids) + real - min(c.want, real), len(ids) + real)
+        ids += c.tokens
+        ids += [0] * (n - real)
+        positions += range(start, start + n)
+        for b in range(start // bs, -(-end // bs)):  # the blocks the real rows write
+            blocks += [c.table[b]] * (min(end, (b + 1) * bs) - max(start, b * bs))
+        blocks += [scratch] * (n - real)
+        seq_lens.append(start + n)
+        query_lens.append(n)
+    width = -(-max(seq_lens) // bs)
+    table: list[int] = []
     for c in chunks:
-        flat += c.table[:width]
-        flat += [scratch] * (width - len(c.table))
-    table = torch.tensor(flat, dtype=torch.int32).view(len(chunks), width)
-    owner = torch.repeat_interleave(torch.arange(len(chunks)), n)  # chunk of each row
-    first = torch.cumsum(n, 0) - n
-    index = torch.arange(int(n.sum())) - first[owner]  # row index within its chunk
-    positions = start[owner] + index
-    is_real = index < real[owner]
-    ids = torch.zeros(len(index), dtype=torch.int32)
-    ids[is_real] = torch.tensor([t for c in chunks for t in c.tokens], dtype=torch.int32)
-    _check_chunks(ids, positions, is_real, owner, lens, table, start, vocab_size, max_positions, bs, scratch)
-    blocks = torch.where(is_real, table[owner, positions // bs], scratch)
-    want = torch.tensor([c.want for c in chunks])
-    rows = (index >= real[owner] - want[owner]) & is_real
-    seq_lens = start + n
+        table += c.table[:width]
+        table += [scratch] * (width - len(c.table))
+    bad_ids = bool(ids) and (min(ids) < 0 or max(ids) >= vocab_size)
+    if bad_ids or min(table, default=0) < 0 or max(table, default=0) > scratch:
+        i = next(i for i, c in enumerate(chunks) if not _in_range(c, vocab_size, scratch))
+        raise _bad_chunk(i, chunks, vocab_size, max_positions, bs, scratch)
+    pos, lens = _ints(positions), (_ints(seq_lens), _ints(query_lens))
     return HostStep(
-        ids, positions.clamp(max=max_positions - 1).to(torch.int32), seq_lens.to(torch.int32),
-        n.to(torch.int32), blocks.to(torch.int32), (positions % bs).to(torch.int32),
-        rows.nonzero().flatten().to(torch.int32), table, int(seq_lens.max()), int(n.max()),
+        _ints(ids), pos.clamp(max=max_positions - 1), *lens, _ints(blocks), pos % bs, _ints(rows),
+        _ints(table).view(len(chunks), width), max(seq_lens), max(query_lens),
     )  # fmt: skip
 
 
-def _check_chunks(
-    ids, positions, is_real, owner, lens, table, start, vocab, max_positions, bs, scratch
-) -> None:
-    """Every index the device will use, checked on the host (a few vectorised reductions)."""
-    bad_row = is_real & ((ids < 0) | (ids >= vocab) | (positions < 0) | (positions >= max_positions)
-                         | (positions // bs >= lens[owner]))  # fmt: skip
-    bad = (start < 0) | ((table < 0) | (table > scratch)).any(1)
-    bad[owner[bad_row]] = True
-    if bool(bad.any()):
-        i = int(bad.nonzero()[0, 0])
-        raise InvalidArgumentError(
-            f"chunks[{i}]: token ids must lie in [0, {vocab}), positions in [0, {max_positions}) and inside "
-            f"its table ({int(lens[i])} blocks of {bs} tokens), block numbers in [0, {scratch})"
-        )
+def _ints(values: list[int]) -> torch.Tensor:
+    """An int64 tensor of a list of ints, through a C array (several times faster than
+    ``torch.tensor`` on a list)."""
+    if not values:
+        return torch.empty(0, dtype=torch.int64)
+    return torch.frombuffer(array("q", values), dtype=torch.int64)
+
+
+def _in_range(c: Chunk, vocab: int, scratch: int) -> bool:
+    return all(0 <= t < vocab for t in c.tokens) and all(0 <= b <= scratch for b in c.table)
+
+
+def _bad_chunk(i: int, chunks, vocab: int, max_positions: int, bs: int, scratch: int) -> Exception:
+    return InvalidArgumentError(
+        f"chunks[{i}]: token ids must lie in [0, {vocab}), positions in [0, {max_positions}) and inside "
+        f"its table ({len(chunks[i].table)} blocks of {bs} tokens), block numbers in [0, {scratch})"
+    )
 
 
 class Staging:
@@ -129,16 +144,16 @@ class Staging:
         self._copied = torch.cuda.Event() if device.type == "cuda" else None
 
     def to_device(self, host: HostStep) -> DeviceStep:
-        parts = host[:8]
+        parts = [t.reshape(-1) for t in host[:8]]
         sizes = [t.numel() for t in parts]
         if self.device.type == "cuda":
             flat = self._host_buffer(sum(sizes))
-            torch.cat([t.reshape(-1) for t in parts], out=flat)
+            torch.cat(parts, out=flat)  # int64 -> the int32 buffer
             dev = torch.empty(flat.shape, dtype=torch.int32, device=self.device)
             dev.copy_(flat, non_blocking=True)
             self._copied.record()  # type: ignore[union-attr]
         else:
-            dev = torch.cat([t.reshape(-1) for t in parts]).to(self.device)
+            dev = torch.cat(parts).to(torch.int32)
         ids, pos, seq_lens, query_lens, blocks, offsets, rows, tables = dev.split(sizes)
         meta = PagedMeta(tables.view(host.block_tables.shape), seq_lens, query_lens, blocks, offsets,
                          host.max_seq_len, host.max_query_len)  # fmt: skip
