@@ -36,6 +36,7 @@ import gc
 import io
 import json
 import random
+import shutil
 import statistics
 import sys
 import tempfile
@@ -62,7 +63,7 @@ TINY = dict(vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_la
 TINY_WIDE = TINY | dict(hidden_size=128, intermediate_size=256, tie_word_embeddings=False)
 
 
-COUNTERS = ("verify_passes", "rollbacks", "tokens_rolled_back", "verify_s", "decode_graph_steps")
+COUNTERS = ("verify_passes", "rollbacks", "tokens_rolled_back", "verify_s", "graph_replays")
 
 
 @dataclass
@@ -143,7 +144,7 @@ class EngineRun:
         last = self.runs[-1]
         return (f"per run: {last['verify_passes']} verify passes, {last['rollbacks']} rollbacks, "
                 f"{last['tokens_rolled_back']} tokens rolled back, verify {last['verify_s'] * 1e3:.0f} ms, "
-                f"{last['decode_graph_steps']} graph steps")  # fmt: skip
+                f"{last['graph_replays']} graph steps")  # fmt: skip
 
 
 def hf_run(hf, setup: Setup, batch: int):
@@ -252,18 +253,18 @@ def _release() -> None:
         torch.cuda.empty_cache()
 
 
-def small_model_sections(setup: Setup, section) -> None:
-    """Everything on the 0.5B shape (its models are dropped on return)."""
-    folder, hf = build_checkpoint(setup.shapes["0.5B"], setup)
-    model = DecoderModel.from_pretrained(folder, device=setup.device, dtype=setup.dtype)
-    section("0.5B", lambda: vs_generate("0.5B", model, hf, setup, (setup.batch,), 5.0))
-    section("dvr", lambda: dvr_sweep(model, setup, setup.batch))
-    section("decode", lambda: decode_step(model, setup, setup.batch))
-    others = [b for b in setup.batches if b != setup.batch]
-    section("0.5B", lambda: vs_generate("0.5B", model, hf, setup, others, None))
+def load(shape: dict, setup: Setup):
+    """A random checkpoint of ``shape``: the transformers model that saved it and our engine's
+    model loaded from the folder (deleted once loaded)."""
+    folder, hf = build_checkpoint(shape, setup)
+    try:
+        return hf, DecoderModel.from_pretrained(folder, device=setup.device, dtype=setup.dtype)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def run_all(setup: Setup, skip: set[str], budget_s: float, smoke: bool) -> list[Row]:
+    """The sections in the order of the targets they measure (the rest last)."""
     start, rows = time.perf_counter(), []
 
     def section(name: str, fn) -> None:
@@ -279,17 +280,19 @@ def run_all(setup: Setup, skip: set[str], budget_s: float, smoke: bool) -> list[
                 rows.append(Row(name, "ERROR", None, None, None, note=f"{type(err).__name__}: {err}"[:300]))
         print(f"[{time.perf_counter() - start:6.1f} s] {name} done", file=sys.stderr, flush=True)
 
-    small_model_sections(setup, section)
-    _release()
-
     def seven_b() -> list[Row]:
-        folder7, hf7 = build_checkpoint(setup.shapes["7B"], setup)
-        model7 = DecoderModel.from_pretrained(folder7, device=setup.device, dtype=setup.dtype)
+        hf7, model7 = load(setup.shapes["7B"], setup)
         return vs_generate("7B", model7, hf7, setup, (setup.batch,), 2.0)
 
+    hf, model = load(setup.shapes["0.5B"], setup)
+    section("0.5B", lambda: vs_generate("0.5B", model, hf, setup, (setup.batch,), 5.0))
+    section("dvr", lambda: dvr_sweep(model, setup, setup.batch))
+    section("decode", lambda: decode_step(model, setup, setup.batch))
     section("7b", seven_b)
     _release()
     section("ops", lambda: op_rows(setup, smoke))
+    others = [b for b in setup.batches if b != setup.batch]
+    section("0.5B", lambda: vs_generate("0.5B", model, hf, setup, others, None))
     return rows
 
 

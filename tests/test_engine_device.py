@@ -19,7 +19,7 @@ from _compare import assert_bitwise_equal
 from _engine_steps import decode_chunks
 from reasonserve.core import ImplementationUnavailableError, InvalidArgumentError, InvalidTypeError
 from reasonserve.engine import DecoderModel, Engine, EngineConfig, SamplingParams, make_tiny_checkpoint
-from reasonserve.engine.cuda_graphs import DecodeGraphs, bucket_for, decode_buckets, is_decode, pad_decode
+from reasonserve.engine.cuda_graphs import StepGraphs, bucket_for, decode_buckets, graph_shape, pad_to_shape
 from reasonserve.engine.kernels import INVARIANT, STOCK
 from reasonserve.engine.model_runner import ModelRunner
 from reasonserve.engine.step_inputs import Chunk, Staging, pack
@@ -127,19 +127,20 @@ def test_buckets_are_powers_of_two_up_to_max_num_seqs():
     assert decode_buckets(1) == (1,)
     assert decode_buckets(32) == (1, 2, 4, 8, 16, 32)
     assert decode_buckets(48) == (1, 2, 4, 8, 16, 32, 48)
-    assert [bucket_for(n, decode_buckets(48)) for n in (1, 3, 8, 9, 33, 48, 49)] == [
-        1,
-        4,
-        8,
-        16,
-        48,
-        48,
-        None,
-    ]
-    one = Chunk([4], 7, [0, 1])
-    assert is_decode([one, one]) and not is_decode([one, Chunk([4, 5], 7, [0, 1])])
-    assert not is_decode([one, Chunk([4], 7, [0, 1], want=0)])
-    assert pad_decode([one], 4)[1:] == [Chunk([], 0, [], want=0, pad_to=1)] * 3
+    fits = [bucket_for(n, decode_buckets(48)) for n in (1, 3, 8, 9, 33, 48, 49)]
+    assert fits == [1, 4, 8, 16, 48, 48, None]
+
+
+def test_a_pass_runs_from_a_graph_only_at_a_decode_or_verify_shape():
+    buckets, one = decode_buckets(4), Chunk([4], 7, [0, 1])
+    assert graph_shape([one] * 3, buckets, None) == (4, 1) and graph_shape([one] * 5, buckets, None) is None
+    assert graph_shape([one, Chunk([4, 5], 7, [0, 1])], buckets, None) is None  # a prefill chunk
+    assert graph_shape([one, Chunk([4], 7, [0, 1], want=0)], buckets, None) is None  # a prompt's last-but-one
+    slot, dummy = Chunk([4, 5], 7, [0, 1], want=2, pad_to=3), Chunk([], 0, [], want=0, pad_to=3)
+    assert graph_shape([slot, dummy], buckets, (2, 3)) == (2, 3)
+    assert graph_shape([slot, dummy], buckets, None) is None and graph_shape([slot], buckets, (2, 3)) is None
+    assert graph_shape([slot, Chunk([1], 0, [2], pad_to=2)], buckets, (2, 3)) is None
+    assert pad_to_shape([one], (4, 1))[1:] == [Chunk([], 0, [], want=0, pad_to=1)] * 3
 
 
 @pytest.mark.parametrize("n", [1, 3, 5, 8])
@@ -157,7 +158,7 @@ def test_a_padded_decode_step_from_static_buffers_gives_the_eager_bits(model, n)
     decode_chunks(graphed, n)
     want = plain.run(chunks, INVARIANT)
     got = graphed.run(chunks, INVARIANT)
-    assert graphed.graphs.replays == 1 and bucket_for(n, graphed.graphs.buckets) in graphed.graphs._static
+    assert graphed.graphs.replays == 1 and (bucket_for(n, graphed.graphs.buckets), 1) in graphed.graphs._static
     assert_bitwise_equal(got, want, f"decode of {n} padded to its bucket")
     real = slice(0, graphed.cache.scratch)
     assert_bitwise_equal(graphed.cache.k[:, real], plain.cache.k[:, real], "K of real blocks")
@@ -169,7 +170,7 @@ def test_a_smaller_step_in_a_bucket_pads_with_dummies_not_with_the_last_steps_ro
     chunks = decode_chunks(runner, 7)
     runner.run(chunks, INVARIANT)
     runner.run(chunks[:5], INVARIANT)  # same bucket of 8
-    static = runner.graphs._static[8]
+    static = runner.graphs._static[(8, 1)]
     assert static.ids[5:].tolist() == [0, 0, 0] and static.blocks[5:].tolist() == [runner.cache.scratch] * 3
     assert static.seq_lens[5:].tolist() == [1, 1, 1]
 
@@ -222,7 +223,7 @@ def test_a_failed_capture_warns_once_and_every_request_finishes_with_the_eager_t
         outs = eng.generate(prompts, params)
     assert [o.token_ids for o in outs] == reference and all(o.finish_reason == "length" for o in outs)
     assert [str(w.message).count("OutOfMemoryError") for w in caught] == [1]
-    assert not g.enabled and eng.metrics().decode_graph_steps == 0
+    assert not g.enabled and eng.metrics().graph_replays == 0
 
 
 def test_engine_decodes_through_static_buffers_with_the_same_tokens(ckpt):
@@ -233,12 +234,28 @@ def test_engine_decodes_through_static_buffers_with_the_same_tokens(ckpt):
     eng = Engine.from_pretrained(ckpt, config)
     eng.runner.graphs = _graphs_with(eng.runner, eager)
     assert [o.token_ids for o in eng.generate(prompts, params)] == reference
-    assert eng.metrics().decode_graph_steps > 0
+    assert eng.metrics().graph_replays > 0
 
 
-def _graphs_with(runner, capture):
-    return DecodeGraphs(runner.forward, runner.stage, max_num_seqs=4, max_model_len=64, block_size=runner.block_size,
-                        scratch=runner.cache.scratch, device=runner.model.device, capture=capture)  # fmt: skip
+def test_dvr_verifies_through_static_buffers_and_commits_the_invariant_tokens(ckpt):
+    """Verify passes at their one shape run from the graphs' static buffers; with a fast
+    path that flips tokens, the committed output is still the all-invariant output."""
+    prompts = [[1, 2, 3], [4, 5], [6] * 9, [7, 8], [9]]
+    params = [SamplingParams(max_tokens=7, temperature=0.0 if i % 2 else 0.9, seed=i, deterministic=True)
+              for i in range(5)]  # fmt: skip
+    reference = Engine.from_pretrained(ckpt, EngineConfig(block_size=4, num_blocks=64, mode="batch_invariant"))
+    want = [o.token_ids for o in reference.generate(prompts, params)]
+    config = EngineConfig(block_size=4, num_blocks=64, max_num_seqs=4, dvr_window=3, dvr_group_size=2)
+    eng = Engine.from_pretrained(ckpt, config, fast_path_fault=lambda _r, pos, tok: (tok + 1) % 256 if pos % 4 else tok)
+    eng.runner.graphs = _graphs_with(eng.runner, eager, verify=(2, 3))
+    assert [o.token_ids for o in eng.generate(prompts, params)] == want
+    m = eng.metrics()
+    assert m.rollbacks > 0 and (2, 3) in eng.runner.graphs._static and m.graph_replays > m.verify_passes > 0
+
+
+def _graphs_with(runner, capture, verify=None):
+    return StepGraphs(runner.forward, runner.stage, max_num_seqs=4, max_model_len=64, block_size=runner.block_size,
+                      scratch=runner.cache.scratch, device=runner.model.device, capture=capture, verify=verify)  # fmt: skip
 
 
 # kernels ------------------------------------------------------------------------------------
@@ -302,7 +319,7 @@ def test_dvr_reports_verify_cost(ckpt):
     eng.generate([[1, 2, 3], [4, 5]], SamplingParams(max_tokens=6, temperature=0.0, deterministic=True))
     m = eng.metrics()
     assert m.verify_passes > 0 and m.verify_tokens == m.verify_passes * 2 * 2 and m.verify_s > 0
-    assert m.decode_graph_steps == 0  # CPU: no graphs
+    assert m.graph_replays == 0  # CPU: no graphs
 
 
 # the GPU benchmark, end to end on tiny shapes ----------------------------------------------------

@@ -55,8 +55,10 @@ class Engine:
         self.fast_path_fault, self.tokenizer = fast_path_fault, tokenizer
         self.max_model_len = self.config.max_model_len or model.cfg.max_position_embeddings
         cfg = self.config
+        verify = (cfg.dvr_group_size, cfg.dvr_window) if cfg.mode == "dvr" else None
         self.runner = ModelRunner(model, cfg.num_blocks, cfg.block_size, max_num_seqs=cfg.max_num_seqs,
-                                  max_model_len=self.max_model_len, cuda_graphs=cfg.cuda_graphs)  # fmt: skip
+                                  max_model_len=self.max_model_len, cuda_graphs=cfg.cuda_graphs,
+                                  verify=verify)  # fmt: skip
         self.scheduler = Scheduler(
             self.config, policy if policy is not None else _named(self.config.policy), self.runner, clock
         )

@@ -28,7 +28,7 @@ class EngineConfig:
 
     ``cuda_graphs``: on CUDA, decode steps of up to ``max_num_seqs`` requests replay CUDA
     graphs captured per batch-size bucket (1, 2, 4, ..., ``max_num_seqs``), for both
-    kernel sets; ignored on CPU.
+    kernel sets, and verify passes one graph of their fixed shape; ignored on CPU.
     """
 
     block_size: int = 16
@@ -44,7 +44,7 @@ class EngineConfig:
     dvr_window: int = 8
     dvr_group_size: int = 4
     preemption: str = "recompute"  # or "swap": copy the KV to host memory and back
-    cuda_graphs: bool = True  # on CUDA, decode steps replay graphs captured per batch-size bucket
+    cuda_graphs: bool = True  # on CUDA, decode steps and verify passes replay captured graphs
 
     def __post_init__(self) -> None:
         if self.preemption not in ("recompute", "swap"):

@@ -23,4 +23,4 @@ class EngineMetrics:
     tokens_rolled_back: int  # fast-path tokens discarded by rollbacks (decoded again after)
     verify_tokens: int = 0  # query slots of verify passes, padding included
     verify_s: float = 0.0  # wall time of verify passes (they end by reading tokens back)
-    decode_graph_steps: int = 0  # decode steps replayed from a CUDA graph
+    graph_replays: int = 0  # decode steps and verify passes replayed from a CUDA graph

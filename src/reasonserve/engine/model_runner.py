@@ -5,7 +5,8 @@ position of the first, the request's block table) and a kernel set, packs and ch
 the inputs on the host and copies them to the device once per call
 (``step_inputs``), runs ``DecoderModel.forward_paged`` (which writes the new K/V with
 one indexed copy per layer and attends through the block tables) — a decode step on
-CUDA from a captured graph (``cuda_graphs``) — and returns the logits rows asked for.
+CUDA from a captured graph (``cuda_graphs``), as is a verify pass — and returns the
+logits rows asked for.
 Sampling reads the tokens back in one copy, together with a per-row flag for
 non-finite logits, which fail their own request only.
 """
@@ -18,7 +19,7 @@ import torch
 
 from reasonserve import ops
 from reasonserve.core.errors import InvalidArgumentError
-from reasonserve.engine.cuda_graphs import Capture, DecodeGraphs, cuda_capture
+from reasonserve.engine.cuda_graphs import Capture, StepGraphs, cuda_capture
 from reasonserve.engine.kernels import INVARIANT, Kernels
 from reasonserve.engine.kv_cache import PagedKVCache
 from reasonserve.engine.model import DecoderModel
@@ -38,21 +39,23 @@ class ModelRunner:
         max_num_seqs: int = 32,
         max_model_len: int | None = None,
         cuda_graphs: bool = True,
+        verify: tuple[int, int] | None = None,
         capture: Capture | None = None,
     ) -> None:
-        """Decode steps run from CUDA graphs when the model is on CUDA and ``cuda_graphs``
-        is set; ``capture`` overrides how a graph is made (tests: ``lambda fn: fn`` runs
-        the graphs' static buffers and padding eagerly, on any device)."""
+        """Decode steps and verify passes (``verify``: their shape, ``(dvr_group_size,
+        dvr_window)``) run from CUDA graphs when the model is on CUDA and ``cuda_graphs`` is
+        set; ``capture`` overrides how a graph is made (tests: ``lambda fn: fn`` runs the
+        graphs' static buffers and padding eagerly, on any device)."""
         self.model = model
         self.cache = PagedKVCache(model.cfg, num_blocks, block_size, dtype=model.dtype, device=model.device)
         self.block_size = block_size
         self.staging = Staging(model.device)
         if capture is None and cuda_graphs and model.device.type == "cuda":
             capture = cuda_capture()
-        self.graphs = None if capture is None else DecodeGraphs(
+        self.graphs = None if capture is None else StepGraphs(
             self.forward, self.stage, max_num_seqs=max_num_seqs,
             max_model_len=max_model_len or model.cfg.max_position_embeddings, block_size=block_size,
-            scratch=self.cache.scratch, device=model.device, capture=capture,
+            scratch=self.cache.scratch, device=model.device, capture=capture, verify=verify,
         )  # fmt: skip
 
     def stage(self, chunks: Sequence[Chunk]) -> DeviceStep:
