@@ -119,7 +119,8 @@ def test_staging_copies_the_packed_step_as_one_buffer_and_keeps_every_field():
     assert step.meta.block_tables.tolist() == [[3, 1], [8, 8], [0, 2]]
     assert step.meta.seq_lens.tolist() == [5, 2, 7] and step.meta.query_lens.tolist() == [3, 2, 1]
     assert step.rows.tolist() == [2, 5] and (step.meta.max_seq_len, step.meta.max_query_len) == (7, 3)
-    assert {t.dtype for t in (step.input_ids, step.meta.block_tables, step.rows)} == {torch.int32}
+    assert {t.dtype for t in (step.input_ids, step.rows, step.meta.slot_blocks)} == {torch.int64}
+    assert {t.dtype for t in (step.meta.block_tables, step.meta.seq_lens, step.meta.query_lens)} == {torch.int32}
 
 
 # decode graphs: buckets, padding, static buffers ------------------------------------------
@@ -346,28 +347,43 @@ def test_gpu_benchmark_smoke_runs_every_section_on_cpu(tmp_path, capsys, monkeyp
     assert "engine vs generate (7B)" in capsys.readouterr().out
 
 
-@settings(max_examples=60, deadline=None)
-@given(st.lists(st.tuples(st.integers(0, 9), st.integers(0, 12), st.integers(0, 30), st.integers(0, 10)),
-                min_size=1, max_size=6))  # fmt: skip
-def test_pack_matches_a_row_by_row_reading_of_the_chunks(specs):
-    """Every row: its token (0 for dummies), position, block (scratch for dummies) and
-    offset; the logit rows are each chunk's last ``want`` real rows."""
+def _read_rows(chunks, bs, scratch, max_positions):
+    """Row by row: token (0 for dummies), position, block (scratch for dummies), offset,
+    and the logit rows (each chunk's last ``want`` real rows)."""
+    ids, positions, blocks, offsets, rows = [], [], [], [], []
+    for c in chunks:
+        rows += [len(ids) + j for j in range(len(c.tokens)) if j >= len(c.tokens) - c.want]
+        for j in range(max(len(c.tokens), c.pad_to)):
+            p, real = c.start + j, j < len(c.tokens)
+            ids.append(c.tokens[j] if real else 0)
+            positions.append(min(p, max_positions - 1))
+            blocks.append(c.table[p // bs] if real else scratch)
+            offsets.append(p % bs)
+    return ids, positions, blocks, offsets, rows
+
+
+def _check_pack(specs):
     bs, scratch, vocab = 4, 200, 100
     chunks = []
     for i, (real, pad_to, start, want) in enumerate(specs):
         table = list(range(i * 10, i * 10 + -(-(start + max(real, pad_to)) // bs)))
         chunks.append(Chunk([(7 * i + j) % vocab for j in range(real)], start, table, want, pad_to))
     host = pack(chunks, bs, scratch, vocab, 64)
-    ids, positions, blocks, rows = [], [], [], []
-    for c in chunks:
-        n = max(len(c.tokens), c.pad_to)
-        rows += [len(ids) + j for j in range(len(c.tokens)) if j >= len(c.tokens) - c.want]
-        for j in range(n):
-            p, real = c.start + j, j < len(c.tokens)
-            ids.append(c.tokens[j] if real else 0)
-            positions.append(min(p, 63))
-            blocks.append(c.table[p // bs] if real else scratch)
-    assert host.ids.tolist() == ids and host.positions.tolist() == positions
-    assert host.slot_blocks.tolist() == blocks and host.rows.tolist() == rows
-    assert host.slot_offsets.tolist() == [(c.start + j) % bs for c in chunks for j in range(max(len(c.tokens), c.pad_to))]
+    got = [t.tolist() for t in (host.ids, host.positions, host.slot_blocks, host.slot_offsets, host.rows)]
+    assert got == list(_read_rows(chunks, bs, scratch, 64))
     assert host.seq_lens.tolist() == [c.start + max(len(c.tokens), c.pad_to) for c in chunks]
+    assert host.query_lens.tolist() == [max(len(c.tokens), c.pad_to) for c in chunks]
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 9), st.integers(0, 12), st.integers(0, 30), st.integers(0, 10)),
+                min_size=1, max_size=6))  # fmt: skip
+def test_pack_matches_a_row_by_row_reading_of_the_chunks(specs):
+    _check_pack(specs)
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.lists(st.tuples(st.just(1), st.integers(0, 1), st.integers(0, 40), st.integers(0, 1)), min_size=1, max_size=9))
+def test_pack_of_one_row_chunks_matches_the_row_by_row_reading(specs):
+    """Decode steps (one real row per chunk) take their own path through pack."""
+    _check_pack(specs)

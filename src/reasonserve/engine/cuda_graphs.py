@@ -97,24 +97,25 @@ def cuda_capture(pool=None) -> Capture:
 
 
 class _Static:
-    """One shape's static input buffers (int32, on the device)."""
+    """One shape's static input buffers on the device (the dtypes of :class:`Staging`'s steps)."""
 
     def __init__(self, shape: Shape, width: int, block_size: int, scratch: int, device) -> None:
         count, rows = shape
 
-        def empty(*size: int) -> torch.Tensor:
-            return torch.empty(size, dtype=torch.int32, device=device)
+        def empty(*size: int, dtype=torch.int64) -> torch.Tensor:
+            return torch.empty(size, dtype=dtype, device=device)
 
         self.shape, self.block_size, self.scratch = shape, block_size, scratch
         self.ids, self.positions, self.offsets, self.blocks = (empty(count * rows) for _ in range(4))
-        self.seq_lens, self.query_lens, self.tables = empty(count), empty(count), empty(count, width)
+        self.seq_lens, self.query_lens = empty(count, dtype=torch.int32), empty(count, dtype=torch.int32)
+        self.tables = empty(count, width, dtype=torch.int32)
         self.reset()
 
     def reset(self) -> None:
         """Dummy rows only (before a capture, whose runs must not write a request's blocks)."""
         count, rows = self.shape
         self.ids.fill_(0)
-        self.positions.copy_(torch.arange(rows, dtype=torch.int32).repeat(count))
+        self.positions.copy_(torch.arange(rows).repeat(count))
         self.offsets.copy_(self.positions % self.block_size)
         self.seq_lens.fill_(rows)
         self.query_lens.fill_(rows)

@@ -39,7 +39,7 @@ class PagedMeta:
     block_tables: torch.Tensor  # int32 [B, max_blocks]
     seq_lens: torch.Tensor  # int32 [B]
     query_lens: torch.Tensor  # int32 [B]
-    slot_blocks: torch.Tensor  # int64 [total_q]
+    slot_blocks: torch.Tensor  # int64 [total_q] (int32 works too: indexing casts it)
     slot_offsets: torch.Tensor  # int64 [total_q]
     max_seq_len: int
     max_query_len: int

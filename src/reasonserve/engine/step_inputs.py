@@ -1,7 +1,7 @@
 """One forward pass's inputs: packed and validated on the host, staged to the device in
 one copy.
 
-:func:`pack` turns the step's chunks into int32 host tensors (token ids, positions,
+:func:`pack` turns the step's chunks into host tensors (token ids, positions,
 block tables, ``seq_lens``/``query_lens``, the slot of each new K/V, the rows that need
 logits) with per-chunk Python work limited to a few scalars, and checks every index the
 device will use (token ids, positions, table entries), so a bad chunk is a typed error
@@ -41,8 +41,7 @@ class Chunk(NamedTuple):
 
 
 class HostStep(NamedTuple):
-    """Host int64 tensors of one pass (``N`` query rows, ``B`` chunks, ``W`` table width);
-    :class:`Staging` turns them into one int32 buffer on the device."""
+    """Host int64 tensors of one pass (``N`` query rows, ``B`` chunks, ``W`` table width)."""
 
     ids: torch.Tensor  # [N]
     positions: torch.Tensor  # [N]
@@ -65,6 +64,9 @@ class DeviceStep(NamedTuple):
     rows: torch.Tensor | None  # rows that need logits; None: all
 
 
+Rows = tuple[list[int], list[int], list[int], list[int], list[int], list[int]]
+
+
 def pack(
     chunks: Sequence[Chunk], block_size: int, scratch: int, vocab_size: int, max_positions: int
 ) -> HostStep:
@@ -73,31 +75,18 @@ def pack(
     Raises InvalidArgumentError naming the chunk for out-of-range token ids, positions or
     block numbers, or a table too short for the chunk's tokens.
 
-    Built as flat Python lists (per chunk: list extends and one step per block it spans)
-    and turned into tensors once: a decode step costs a few list operations per request."""
+    Built as flat Python lists and turned into tensors once (a decode step, one row per
+    chunk, is a few list comprehensions)."""
     if not chunks:
         raise InvalidArgumentError("a forward pass needs at least one chunk")
     bs = block_size
-    ids: list[int] = []
-    positions: list[int] = []
-    blocks: list[int] = []
-    rows: list[int] = []
-    seq_lens: list[int] = []
-    query_lens: list[int] = []
     for i, c in enumerate(chunks):
-        real, n, start = len(c.tokens), max(len(c.tokens), c.pad_to), c.start
-        end = start + real
-        if start < 0 or (real and (end > max_positions or end > len(c.table) * bs)):
+        end = c.start + len(c.tokens)
+        if c.start < 0 or (c.tokens and (end > max_positions or end > len(c.table) * bs)):
             raise _bad_chunk(i, chunks, vocab_size, max_positions, bs, scratch)
-        rows += range(len(ids) + real - min(c.want, real), len(ids) + real)
-        ids += c.tokens
-        ids += [0] * (n - real)
-        positions += range(start, start + n)
-        for b in range(start // bs, -(-end // bs)):  # the blocks the real rows write
-            blocks += [c.table[b]] * (min(end, (b + 1) * bs) - max(start, b * bs))
-        blocks += [scratch] * (n - real)
-        seq_lens.append(start + n)
-        query_lens.append(n)
+    one_row_each = all(len(c.tokens) == 1 and c.pad_to <= 1 for c in chunks)
+    lists = (_decode_rows if one_row_each else _rows)(chunks, bs, scratch)
+    ids, positions, blocks, rows, seq_lens, query_lens = lists
     width = -(-max(seq_lens) // bs)
     table: list[int] = []
     for c in chunks:
@@ -112,6 +101,37 @@ def pack(
         _ints(ids), pos.clamp(max=max_positions - 1), *lens, _ints(blocks), pos % bs, _ints(rows),
         _ints(table).view(len(chunks), width), max(seq_lens), max(query_lens),
     )  # fmt: skip
+
+
+def _decode_rows(chunks: Sequence[Chunk], bs: int, scratch: int) -> Rows:
+    """Row lists of chunks of one real row each (the positions were checked)."""
+    starts = [c.start for c in chunks]
+    blocks = [c.table[s // bs] for c, s in zip(chunks, starts, strict=True)]
+    rows = [i for i, c in enumerate(chunks) if c.want]
+    return [c.tokens[0] for c in chunks], starts, blocks, rows, [s + 1 for s in starts], [1] * len(chunks)
+
+
+def _rows(chunks: Sequence[Chunk], bs: int, scratch: int) -> Rows:
+    """Row lists of any chunks: per chunk, list extends and one step per block it spans."""
+    ids: list[int] = []
+    positions: list[int] = []
+    blocks: list[int] = []
+    rows: list[int] = []
+    seq_lens: list[int] = []
+    query_lens: list[int] = []
+    for c in chunks:
+        real, n, start = len(c.tokens), max(len(c.tokens), c.pad_to), c.start
+        end = start + real
+        rows += range(len(ids) + real - min(c.want, real), len(ids) + real)
+        ids += c.tokens
+        ids += [0] * (n - real)
+        positions += range(start, start + n)
+        for b in range(start // bs, -(-end // bs)):  # the blocks the real rows write
+            blocks += [c.table[b]] * (min(end, (b + 1) * bs) - max(start, b * bs))
+        blocks += [scratch] * (n - real)
+        seq_lens.append(start + n)
+        query_lens.append(n)
+    return ids, positions, blocks, rows, seq_lens, query_lens
 
 
 def _ints(values: list[int]) -> torch.Tensor:
@@ -134,9 +154,11 @@ def _bad_chunk(i: int, chunks, vocab: int, max_positions: int, bs: int, scratch:
 
 
 class Staging:
-    """Copies a :class:`HostStep` to ``device`` as one int32 buffer. On CUDA the host side
+    """Copies a :class:`HostStep` to ``device`` as one int64 buffer. On CUDA the host side
     goes through a reused pinned buffer and the copy is ``non_blocking``; an event keeps
-    the next step from overwriting the pinned buffer before the copy has read it."""
+    the next step from overwriting the pinned buffer before the copy has read it. Index
+    tensors stay int64 (indexing casts int32 indices, one kernel per use and layer);
+    the block tables and lengths become int32, as the paged kernels read them."""
 
     def __init__(self, device: torch.device) -> None:
         self.device = device
@@ -148,13 +170,14 @@ class Staging:
         sizes = [t.numel() for t in parts]
         if self.device.type == "cuda":
             flat = self._host_buffer(sum(sizes))
-            torch.cat(parts, out=flat)  # int64 -> the int32 buffer
-            dev = torch.empty(flat.shape, dtype=torch.int32, device=self.device)
+            torch.cat(parts, out=flat)
+            dev = torch.empty(flat.shape, dtype=torch.int64, device=self.device)
             dev.copy_(flat, non_blocking=True)
             self._copied.record()  # type: ignore[union-attr]
         else:
-            dev = torch.cat(parts).to(torch.int32)
+            dev = torch.cat(parts)
         ids, pos, seq_lens, query_lens, blocks, offsets, rows, tables = dev.split(sizes)
+        tables, seq_lens, query_lens = (t.to(torch.int32) for t in (tables, seq_lens, query_lens))
         meta = PagedMeta(tables.view(host.block_tables.shape), seq_lens, query_lens, blocks, offsets,
                          host.max_seq_len, host.max_query_len)  # fmt: skip
         return DeviceStep(ids, pos, meta, rows)
@@ -162,8 +185,8 @@ class Staging:
     def _host_buffer(self, n: int) -> torch.Tensor:
         self._copied.synchronize()  # type: ignore[union-attr]  # the last copy has read the buffer
         if self._pinned is None or self._pinned.numel() < n:
-            self._pinned = torch.empty(max(n, 2 * (0 if self._pinned is None else self._pinned.numel())),
-                                       dtype=torch.int32, pin_memory=True)  # fmt: skip
+            size = max(n, 2 * (0 if self._pinned is None else self._pinned.numel()))
+            self._pinned = torch.empty(size, dtype=torch.int64, pin_memory=True)
         return self._pinned[:n]
 
 
