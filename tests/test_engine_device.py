@@ -387,3 +387,13 @@ def test_pack_matches_a_row_by_row_reading_of_the_chunks(specs):
 def test_pack_of_one_row_chunks_matches_the_row_by_row_reading(specs):
     """Decode steps (one real row per chunk) take their own path through pack."""
     _check_pack(specs)
+
+
+def test_cli_device_flags_are_checked_before_any_work(ckpt, capsys):
+    from reasonserve.cli import main
+
+    serve = ["serve", "--model", str(ckpt), "--replicas", "2", "--device", "cuda"]
+    assert main(serve) == 2 and "--device/--dtype place one engine" in capsys.readouterr().err
+    if not torch.cuda.is_available():
+        assert main(["demo", "--device", "cuda", "--dtype", "bfloat16"]) == 2
+        assert "no usable CUDA device" in capsys.readouterr().err

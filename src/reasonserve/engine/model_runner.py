@@ -54,14 +54,14 @@ class ModelRunner:
             capture = cuda_capture()
         self.graphs = None if capture is None else StepGraphs(
             self.forward, self.stage, max_num_seqs=max_num_seqs,
-            max_model_len=max_model_len or model.cfg.max_position_embeddings, block_size=block_size,
+            max_model_len=max_model_len or model.cfg.default_max_model_len, block_size=block_size,
             scratch=self.cache.scratch, device=model.device, capture=capture, verify=verify,
         )  # fmt: skip
 
     def stage(self, chunks: Sequence[Chunk]) -> DeviceStep:
         """Pack and check ``chunks`` on the host and copy them to the device."""
         cfg = self.model.cfg
-        host = pack(chunks, self.block_size, self.cache.scratch, cfg.vocab_size, cfg.max_position_embeddings)
+        host = pack(chunks, self.block_size, self.cache.scratch, cfg.vocab_size, cfg.max_context_len)
         return self.staging.to_device(host)
 
     def forward(self, step: DeviceStep, kernels: Kernels) -> torch.Tensor:
