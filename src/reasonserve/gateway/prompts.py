@@ -1,0 +1,129 @@
+"""The prompt a program continues: token ids where the upstream takes them, else text.
+
+* ``/v1/completions``: the prompt as sent (text is tokenized by the upstream's
+  ``/tokenize`` with its special tokens, as its own completions endpoint would).
+* ``/v1/chat/completions``: the messages rendered by a chat template -- the gateway's
+  own tokenizer's (``--tokenizer``), else the upstream's (vLLM's ``/tokenize`` takes
+  ``messages``); an upstream that takes text only needs ``--tokenizer``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+
+from reasonserve.clients.errors import ClientError
+from reasonserve.clients.http import HTTPClient
+from reasonserve.serve.errors import ApiError
+
+__all__ = ["ChatTemplate", "chat_prompt", "completion_prompt", "message_dicts"]
+
+
+class ChatTemplate:
+    """A local tokenizer's chat template (``transformers.AutoTokenizer``, local files first)."""
+
+    def __init__(self, name_or_path: str) -> None:
+        from transformers import AutoTokenizer
+
+        self._tok = AutoTokenizer.from_pretrained(name_or_path)
+        if not getattr(self._tok, "chat_template", None):
+            raise ApiError(500, f"the tokenizer {name_or_path!r} has no chat template")
+
+    def render(
+        self,
+        messages: list[dict],
+        *,
+        add_generation_prompt: bool,
+        continue_final: bool,
+        kwargs: Mapping[str, object],
+    ) -> str:
+        return self._tok.apply_chat_template(
+            messages,
+            tokenize=False,
+            add_generation_prompt=add_generation_prompt,
+            continue_final_message=continue_final,
+            **kwargs,
+        )
+
+
+def message_dicts(body) -> list[dict]:
+    out = []
+    for i, m in enumerate(body.messages):
+        if m.content is None and m.role != "assistant":
+            raise ApiError(
+                400, f"content of a {m.role} message must not be null", param=f"messages[{i}].content"
+            )
+        text = m.content if isinstance(m.content, str) else "".join(p.text for p in m.content or [])
+        out.append({"role": m.role, "content": text})
+    return out
+
+
+async def chat_prompt(
+    body, client: HTTPClient, template: ChatTemplate | None, model: str | None
+) -> str | tuple[int, ...]:
+    """The rendered conversation: ids when the upstream takes ids, else text."""
+    if body.continue_final_message and body.add_generation_prompt:
+        raise ApiError(
+            400,
+            "continue_final_message and add_generation_prompt cannot both be true",
+            param="continue_final_message",
+        )
+    messages = message_dicts(body)
+    kwargs = dict(body.chat_template_kwargs or {})
+    if template is not None:
+        try:
+            text = await asyncio.to_thread(
+                template.render,
+                messages,
+                add_generation_prompt=body.add_generation_prompt,
+                continue_final=body.continue_final_message,
+                kwargs=kwargs,
+            )
+        except Exception as err:  # a template raising on a conversation it rejects
+            raise ApiError(
+                400, f"the chat template rejected the messages: {str(err)[:300]}", param="messages"
+            ) from None
+        return await completion_prompt(text, client, model, special_tokens=False)
+    if not client.capabilities.token_ids:
+        raise ApiError(
+            400, "chat requests need the gateway's --tokenizer with this upstream kind", param="messages"
+        )
+    call = {
+        "messages": messages,
+        "add_generation_prompt": body.add_generation_prompt,
+        "continue_final_message": body.continue_final_message,
+        "add_special_tokens": False,
+    }
+    if kwargs:
+        call["chat_template_kwargs"] = kwargs
+    return await _tokenize(client, call, model)
+
+
+async def completion_prompt(
+    prompt, client: HTTPClient, model: str | None, *, special_tokens: bool = True
+) -> str | tuple[int, ...]:
+    """One prompt (text or ids) as the upstream should get it."""
+    if isinstance(prompt, list) and prompt and not isinstance(prompt[0], int):
+        if len(prompt) != 1:
+            raise ApiError(400, "the gateway serves one prompt per request", param="prompt")
+        prompt = prompt[0]
+    if not isinstance(prompt, str):
+        if not client.capabilities.token_ids:
+            raise ApiError(400, "token-id prompts need an upstream that takes token ids", param="prompt")
+        return tuple(prompt)
+    if not client.capabilities.token_ids:
+        return prompt
+    return await _tokenize(client, {"prompt": prompt, "add_special_tokens": special_tokens}, model)
+
+
+async def _tokenize(client: HTTPClient, call: dict, model: str | None) -> tuple[int, ...]:
+    if model is not None:
+        call = {**call, "model": model}
+    try:
+        reply = await client.post("/tokenize", call)
+        ids = client.shim.parse_tokens(reply)
+    except ClientError as err:
+        raise ApiError(502, f"the upstream could not tokenize the prompt: {str(err)[:300]}") from None
+    if not ids:
+        raise ApiError(400, "the prompt is empty once tokenized", param="prompt")
+    return ids
