@@ -81,6 +81,14 @@ def test_a_custom_rule_maps_every_field():
     assert p.cot.chunk_tokens == 16 and p.early_exit == "custom"
 
 
+def test_the_certified_rule_at_another_probe_interval():
+    p = plan(early_exit={"rule": "certified", "probe_interval_tokens": 128})
+    assert p.cot.rule == host_default_rule() and p.cot.chunk_tokens == 128 and p.early_exit == "certified"
+    with pytest.raises(ApiError) as err:
+        plan(early_exit={"rule": "certified", "agreement": 4})
+    assert err.value.status == 400 and err.value.param == "early_exit.agreement"
+
+
 def test_thinking_budget_request_beats_default_and_never_passes_max_tokens():
     cfg = GatewayConfig("http://upstream", served_model_name="gw", default_thinking_token_budget=300)
     assert plan(cfg).thinking_budget == 300
@@ -170,6 +178,13 @@ def test_priorities_gang_sjf_by_certainty_and_escalation():
     assert sched.priority(a) <= 2**31 - 1
 
 
+def test_priorities_can_be_switched_off():
+    sched = ProgramScheduler(max_programs=8, starvation_bound_s=1e-9, priorities=False)
+    trace = Trace("cot")
+    trace.event("probe", certainty=0.8)
+    assert sched.priority(sched.admit(trace)) == 0  # neither certainty nor escalation
+
+
 def test_admission_past_the_limit_is_429_and_release_frees_a_seat():
     sched = ProgramScheduler(max_programs=2, starvation_bound_s=60.0)
     first = sched.admit(Trace("cot"))
@@ -214,3 +229,50 @@ def test_upstream_failures_map_to_openai_errors(err, status):
 def test_bad_gateway_settings_are_typed_errors(kwargs):
     with pytest.raises(InvalidArgumentError):
         GatewayConfig(**{"upstream_url": "http://upstream", **kwargs})
+
+
+def gateway_args(*argv: str):
+    import argparse
+
+    from reasonserve.gateway.cli import add_gateway_parser
+
+    parser = argparse.ArgumentParser()
+    add_gateway_parser(parser.add_subparsers(dest="command"))
+    return parser.parse_args(["gateway", *argv])
+
+
+def test_command_line_flags_map_onto_the_config():
+    from reasonserve.gateway.cli import gateway_config
+
+    cfg = gateway_config(gateway_args(
+        "--upstream", "http://127.0.0.1:8000", "--upstream-kind", "sglang", "--served-model-name", "r1",
+        "--early-exit", '{"probe_interval_tokens": 32, "agreement": 4}', "--thinking-token-budget", "2048",
+        "--self-consistency", '{"n": 5, "stop": "agreement"}', "--max-programs", "7", "--max-tokens-limit", "9000",
+        "--reasoning-parser", "qwen3", "--header-timeout-s", "3", "--no-priorities",
+    ))  # fmt: skip
+    assert (cfg.upstream_kind, cfg.served_model_name, cfg.reasoning_parser) == ("sglang", "r1", "qwen3")
+    assert (cfg.default_early_exit.probe_interval_tokens, cfg.default_early_exit.agreement) == (32, 4)
+    assert cfg.default_thinking_token_budget == 2048 and cfg.max_programs == 7 and not cfg.priorities
+    assert cfg.default_self_consistency == SelfConsistencySpec(n=5, stop="agreement")
+    assert (cfg.limits.max_tokens_limit, cfg.limits.header_timeout_s) == (9000, 3.0)
+    assert (
+        gateway_config(gateway_args("--upstream", "http://x", "--early-exit", "mid")).default_early_exit
+        == "mid"
+    )
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ("--early-exit", "sometimes"),
+        ("--early-exit", "{not json"),
+        ("--self-consistency", '{"n": 0}'),
+        ("--upstream-kind", "tgi"),
+        ("--max-tokens-limit", "0"),
+    ],
+)
+def test_bad_command_line_values_are_typed_errors(argv):
+    from reasonserve.gateway.cli import gateway_config
+
+    with pytest.raises(InvalidArgumentError):
+        gateway_config(gateway_args("--upstream", "http://x", *argv))

@@ -93,6 +93,9 @@ def _replay_parsers(sub) -> None:
     from reasonserve.adapters.cli import add_adapter_parser
 
     add_adapter_parser(sub)
+    from reasonserve.gateway.cli import add_gateway_parser
+
+    add_gateway_parser(sub)
     cal = sub.add_parser("calibrate", help="choose certainindex settings by cross-validation")
     cal.add_argument("kind", choices=["probes", "sc", "cot", "prm", "mcts"])
     cal.add_argument("--data", default=None)
@@ -226,6 +229,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from reasonserve.sim.cli import run_sim
 
         return _reporting_errors("sim", lambda: run_sim(args, sys.stdout))
+    if args.command == "gateway":
+        from reasonserve.gateway.cli import run_gateway
+
+        return _reporting_errors("gateway", lambda: run_gateway(args))
     if args.command == "adapter":
         from reasonserve.adapters.cli import run_adapter
 

@@ -55,7 +55,7 @@ def create_gateway_app(cfg: GatewayConfig, http: HTTPClient | None = None) -> Fa
         cfg=cfg,
         http=http if http is not None else upstream_client(cfg),
         parser=get_reasoning_parser(cfg.reasoning_parser),
-        scheduler=ProgramScheduler(cfg.max_programs, cfg.starvation_bound_s),
+        scheduler=ProgramScheduler(cfg.max_programs, cfg.starvation_bound_s, priorities=cfg.priorities),
         metrics=GatewayMetrics(),
         probe_suffix=cfg.probe_suffix or DEFAULT_PROBE_SUFFIX,
         template=ChatTemplate(cfg.tokenizer) if cfg.tokenizer else None,

@@ -29,8 +29,10 @@ class GatewayConfig:
     set ``early_exit``, ``thinking_token_budget`` or ``self_consistency``.
     ``program_timeout_s``: a whole program's deadline (504 after it);
     ``upstream_timeout_s``: one upstream reply, or one stream's silence (504).
-    ``max_programs``: programs in flight (beyond: 429, ``limits.max_queued_requests``
-    is not used). ``limits``: the HTTP limits shared with ``reasonserve serve``."""
+    ``priorities``: send program-aware priorities upstream
+    (:mod:`~reasonserve.gateway.scheduling`). ``max_programs``: programs in flight
+    (beyond: 429; ``limits.max_queued_requests`` is not used). ``limits``: the HTTP
+    limits shared with ``reasonserve serve``."""
 
     upstream_url: str
     upstream_kind: str = "vllm"
@@ -45,6 +47,7 @@ class GatewayConfig:
     probe_tokens: int = 20
     temperature: float = 0.6
     top_p: float = 0.95
+    priorities: bool = True
     starvation_bound_s: float = 60.0
     program_timeout_s: float = 3600.0
     upstream_timeout_s: float = 600.0

@@ -103,6 +103,12 @@ def _rule(choice) -> tuple[StoppingRule, int, str]:
         window, interval = PRESETS[choice]
         return AgreeSpanRule(k_probes=window, min_tokens=0, name=f"preset {choice}"), interval, choice
     assert isinstance(choice, EarlyExitSpec)
+    if choice.rule == "certified":
+        for name in sorted(choice.model_fields_set & {"agreement", "min_tokens", "hesitation"}):
+            raise ApiError(
+                400, f"early_exit.{name} is not a parameter of the certified rule", param=f"early_exit.{name}"
+            )
+        return host_default_rule(), choice.probe_interval_tokens, "certified"
     rule = AgreeSpanRule(
         k_probes=choice.agreement, min_tokens=choice.min_tokens, hesitation=choice.hesitation
     )

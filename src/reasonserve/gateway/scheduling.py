@@ -13,7 +13,9 @@ The upstream orders its queue by each request's ``priority`` (vLLM with
   every other, the earliest arrival first.
 
 Values are in reasonserve's convention (larger is more urgent); the upstream's client
-shim translates them (vLLM: lower first). The registry also enforces ``max_programs``.
+shim translates them (vLLM: lower first). With ``priorities=False`` every request
+carries 0 (for an upstream that does not schedule by priority: vLLM then refuses any
+other value). The registry also enforces ``max_programs``.
 """
 
 from __future__ import annotations
@@ -55,9 +57,15 @@ class ProgramScheduler:
     """Live programs: admission (429 past ``max_programs``) and their priorities."""
 
     def __init__(
-        self, max_programs: int, starvation_bound_s: float, clock: Callable[[], float] = time.monotonic
+        self,
+        max_programs: int,
+        starvation_bound_s: float,
+        clock: Callable[[], float] = time.monotonic,
+        *,
+        priorities: bool = True,
     ) -> None:
         self.max_programs, self.starvation_bound_s, self._clock = max_programs, starvation_bound_s, clock
+        self.priorities = priorities
         self._epoch = clock()
         self._live: dict[str, ProgramTicket] = {}
         self._ids = itertools.count()
@@ -82,6 +90,8 @@ class ProgramScheduler:
 
     def priority(self, ticket: ProgramTicket) -> int:
         """The value the program's next upstream request carries (module docstring)."""
+        if not self.priorities:
+            return 0
         now = self._clock()
         if now - ticket.arrival_s > self.starvation_bound_s:
             steps = int((ticket.arrival_s - self._epoch) / _ARRIVAL_STEPS_S)

@@ -1,0 +1,276 @@
+"""The reasoning gateway's cost: CPU per chunk, end-to-end overhead, /health under load.
+
+Usage: ``python benchmarks/gateway.py [--repeats 9] [--programs 32]``.
+
+``reasonserve serve`` (the chain checkpoint of ``tests/_gateway.py``: known outputs, an
+endless reasoning after ``~``) and ``reasonserve gateway`` run in subprocesses on
+loopback ports. Three measurements, machine printed:
+
+* **end to end**: one CoT program with probes (64-token chunks, exit once 4 probes
+  agree: 4 chunks, 4 probes, an aborted fifth chunk) run by :class:`CoTWithProbe` in
+  this process straight on the upstream (:class:`HTTPClient`, the baseline) and the same
+  program through the gateway (``/v1/completions`` with that ``early_exit``), alternated;
+  medians and their ratio (goal <= 1.05);
+* **gateway CPU per chunk**: the gateway process's CPU time (all threads, from
+  ``/proc/<pid>/task/*/schedstat``, nanoseconds) over each gateway request above,
+  divided by its chunks; and over streamed requests (early exit off), per upstream
+  stream chunk relayed; p50 (goal <= 1 ms);
+* **/health under load**: ``--programs`` programs streaming at once (early exit off,
+  endless reasoning) while ``/health`` is polled; p50/p99 (goal p99 <= 50 ms).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import pathlib
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = pathlib.Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+sys.path.insert(1, str(HERE.parent / "tests"))  # the chain checkpoint of the gateway tests
+
+import httpx  # noqa: E402
+
+from _gateway import THINK_END, token_id, write_chain_checkpoint  # noqa: E402
+from _harness import RESULTS, machine  # noqa: E402
+from reasonserve.certainindex.stopping import AgreeSpanRule  # noqa: E402
+from reasonserve.clients import OpenAIShim  # noqa: E402
+from reasonserve.clients.http import HTTPClient  # noqa: E402
+from reasonserve.programs import CoTWithProbe  # noqa: E402
+
+PROMPT = "Think it through ~"  # ends in "~": the chain model reasons until the program stops it
+CHUNK, AGREE, MAX_TOKENS = 64, 4, 4000
+
+
+def cpu_ns(pid: int) -> int:
+    """CPU time of every thread of ``pid`` so far, in nanoseconds (scheduler statistics)."""
+    total = 0
+    for task in pathlib.Path(f"/proc/{pid}/task").iterdir():
+        try:
+            total += int((task / "schedstat").read_text().split()[0])
+        except (FileNotFoundError, ProcessLookupError):
+            continue  # a thread that ended meanwhile
+    return total
+
+
+def pct(values: list[float], q: float) -> float:
+    return sorted(values)[min(len(values) - 1, int(q * len(values)))]
+
+
+def _port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _start(argv: list[str], url: str) -> subprocess.Popen:
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "reasonserve", *argv],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and proc.poll() is None:
+        try:
+            if httpx.get(url + "/health", timeout=2).status_code == 200:
+                return proc
+        except httpx.HTTPError:
+            time.sleep(0.2)
+    proc.kill()
+    raise SystemExit(f"{argv[0]} did not start")
+
+
+def _program() -> CoTWithProbe:
+    return CoTWithProbe(
+        chunk_tokens=CHUNK,
+        max_tokens=MAX_TOKENS,
+        rule=AgreeSpanRule(k_probes=AGREE, min_tokens=0),
+        stop=(THINK_END,),
+    )
+
+
+async def _direct(client: HTTPClient) -> float:
+    start = time.perf_counter()
+    out = await _program().run(client, PROMPT)
+    assert out.trace.exit == "early" and out.trace.num_probes == AGREE
+    return time.perf_counter() - start
+
+
+async def _through(gateway: httpx.AsyncClient, pid: int, cpu: list[float]) -> float:
+    body = {
+        "prompt": PROMPT,
+        "max_tokens": MAX_TOKENS,
+        "early_exit": {"probe_interval_tokens": CHUNK, "agreement": AGREE},
+    }
+    start, before = time.perf_counter(), cpu_ns(pid)
+    r = await gateway.post("/v1/completions", json=body)
+    elapsed = time.perf_counter() - start
+    info = r.json()["reasonserve"]
+    assert info["exit"] == "early" and info["num_probes"] == AGREE, r.text
+    cpu.append((cpu_ns(pid) - before) / 1e6 / AGREE)  # ms per chunk (each with its probe)
+    return elapsed
+
+
+async def end_to_end(upstream: str, gateway: str, pid: int, repeats: int) -> dict:
+    direct, through, cpu = [], [], []
+    async with (
+        HTTPClient(upstream, OpenAIShim()) as client,
+        httpx.AsyncClient(base_url=gateway, timeout=300) as gw,
+    ):
+        for _ in range(2):  # warm-up
+            await _direct(client)
+            await _through(gw, pid, [])
+        for _ in range(repeats):
+            direct.append(await _direct(client))
+            through.append(await _through(gw, pid, cpu))
+    d, t = statistics.median(direct), statistics.median(through)
+    return {"direct_s": d, "gateway_s": t, "ratio": t / d, "cpu_ms_per_chunk_p50": statistics.median(cpu)}
+
+
+async def streamed_cpu(gateway: str, pid: int, repeats: int, tokens: int = 400) -> float:
+    """Gateway CPU per relayed stream chunk (one token each here), p50 over requests."""
+    body = {"prompt": PROMPT, "max_tokens": tokens, "early_exit": "off", "stream": True}
+    per_chunk = []
+    async with httpx.AsyncClient(base_url=gateway, timeout=300) as gw:
+        for _ in range(repeats):
+            before, chunks = cpu_ns(pid), 0
+            async with gw.stream("POST", "/v1/completions", json=body) as r:
+                async for line in r.aiter_lines():
+                    chunks += '"reasoning"' in line
+            per_chunk.append((cpu_ns(pid) - before) / 1e6 / max(chunks, 1))
+    return statistics.median(per_chunk)
+
+
+async def health_under_load(gateway: str, programs: int, tokens: int = 600) -> dict:
+    body = {"prompt": PROMPT, "max_tokens": tokens, "early_exit": "off", "stream": True}
+    limits = httpx.Limits(max_connections=programs + 8)
+    latencies: list[float] = []
+    async with httpx.AsyncClient(base_url=gateway, timeout=600, limits=limits) as gw:
+        running = asyncio.Event()
+        live = {"n": 0}
+
+        async def stream() -> int:
+            chunks = 0
+            async with gw.stream("POST", "/v1/completions", json=body) as r:
+                live["n"] += 1
+                if live["n"] == programs:
+                    running.set()
+                async for line in r.aiter_lines():
+                    chunks += '"reasoning"' in line
+            return chunks
+
+        async def poll(done: asyncio.Event) -> None:
+            await running.wait()
+            async with httpx.AsyncClient(base_url=gateway, timeout=60) as probe:
+                while not done.is_set():
+                    t = time.perf_counter()
+                    (await probe.get("/health")).raise_for_status()
+                    latencies.append(time.perf_counter() - t)
+                    await asyncio.sleep(0.02)
+
+        done = asyncio.Event()
+        poller = asyncio.ensure_future(poll(done))
+        chunks = await asyncio.gather(*(stream() for _ in range(programs)))
+        done.set()
+        await poller
+    return {
+        "programs": programs,
+        "polls": len(latencies),
+        "chunks": sum(chunks),
+        "health_p50_ms": 1e3 * pct(latencies, 0.5),
+        "health_p99_ms": 1e3 * pct(latencies, 0.99),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--repeats", type=int, default=9)
+    parser.add_argument("--programs", type=int, default=32)
+    args = parser.parse_args()
+    folder = write_chain_checkpoint(pathlib.Path(tempfile.mkdtemp()) / "chain")
+    up_port, gw_port = _port(), _port()
+    upstream, gateway = f"http://127.0.0.1:{up_port}", f"http://127.0.0.1:{gw_port}"
+    up = _start(
+        [
+            "serve",
+            "--model",
+            str(folder),
+            "--port",
+            str(up_port),
+            "--num-blocks",
+            "4096",
+            "--block-size",
+            "16",
+            "--max-num-seqs",
+            str(args.programs + 8),
+            "--max-tokens-limit",
+            str(MAX_TOKENS),
+            "--max-connections",
+            "4096",
+            "--end-of-thinking-token-id",
+            str(token_id(THINK_END)),
+        ],
+        upstream,
+    )
+    gw = None
+    try:
+        gw = _start(
+            [
+                "gateway",
+                "--upstream",
+                upstream,
+                "--upstream-kind",
+                "reasonserve",
+                "--tokenizer",
+                str(folder),
+                "--port",
+                str(gw_port),
+                "--max-tokens-limit",
+                str(MAX_TOKENS),
+            ],
+            gateway,
+        )
+        e2e = asyncio.run(end_to_end(upstream, gateway, gw.pid, args.repeats))
+        e2e["cpu_ms_per_stream_chunk_p50"] = asyncio.run(streamed_cpu(gateway, gw.pid, args.repeats))
+        load = asyncio.run(health_under_load(gateway, args.programs))
+    finally:
+        for proc in (gw, up):
+            if proc is not None:
+                proc.terminate()
+                proc.wait(timeout=30)
+    report = {
+        "machine": machine("cpu"),
+        "end_to_end": e2e,
+        "health_under_load": load,
+        "goals": {"ratio": 1.05, "cpu_ms_per_chunk_p50": 1.0, "health_p99_ms": 50.0},
+    }
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / "gateway.json").write_text(json.dumps(report, indent=2))
+    m = report["machine"]
+    print(f"gateway benchmark ({m['cpu']}, python {m['python']}, torch {m['torch']}, {args.repeats} repeats)")
+    print(
+        f"  CoT, {AGREE} x {CHUNK}-token chunks + probes: direct {e2e['direct_s']:.3f} s, "
+        f"through the gateway {e2e['gateway_s']:.3f} s, ratio {e2e['ratio']:.3f} (goal <= 1.05)"
+    )
+    print(
+        f"  gateway CPU per CoT chunk (with its probe) p50 {e2e['cpu_ms_per_chunk_p50']:.3f} ms; "
+        f"per streamed chunk p50 {e2e['cpu_ms_per_stream_chunk_p50']:.3f} ms (goal <= 1 ms)"
+    )
+    print(
+        f"  /health while {load['programs']} programs stream: p50 {load['health_p50_ms']:.1f} ms, "
+        f"p99 {load['health_p99_ms']:.1f} ms over {load['polls']} polls (goal p99 <= 50 ms)"
+    )
+
+
+if __name__ == "__main__":
+    main()
