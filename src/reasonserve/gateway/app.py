@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import time
 
+import httpx
 from fastapi import FastAPI, Request
 from fastapi.responses import PlainTextResponse
 
@@ -33,7 +34,14 @@ __all__ = ["create_gateway_app", "upstream_client"]
 
 
 def upstream_client(cfg: GatewayConfig) -> HTTPClient:
-    """The HTTP client of ``cfg``'s upstream, with the shim of its kind."""
+    """The HTTP client of ``cfg``'s upstream, with the shim of its kind. Its connection pool
+    is unbounded (httpx's default is 100): every running request needs its own connection
+    (closing it is how a request is aborted), and ``max_programs`` bounds them. Idle
+    connections are dropped after 2 s, before the upstream's keep-alive (uvicorn's 5 s
+    under vLLM and SGLang) closes them: a request sent on a connection the server is
+    closing fails with no reply, and a POST cannot be retried safely."""
+    limits = httpx.Limits(max_connections=None, max_keepalive_connections=256, keepalive_expiry=2.0)
+    transport = httpx.AsyncHTTPTransport(limits=limits)
     shims = {
         "openai": OpenAIShim(model=cfg.upstream_model, extensions=False),
         "reasonserve": OpenAIShim(model=cfg.upstream_model),
@@ -45,6 +53,7 @@ def upstream_client(cfg: GatewayConfig) -> HTTPClient:
         shims[cfg.upstream_kind],
         timeout_s=cfg.upstream_timeout_s,
         connect_timeout_s=cfg.connect_timeout_s,
+        transport=transport,
     )
 
 

@@ -102,14 +102,23 @@ class ProgramRun:
 
     async def pieces(self) -> AsyncIterator[str]:
         """The output text in order; raises the program's error (ProgramError, ClientError,
-        ProgramTimeoutError) where it failed."""
+        ProgramTimeoutError) where it failed. Pieces that queued up while the reader was
+        busy come as one (a loaded gateway sends fewer, larger stream chunks)."""
+        item = None
         while True:
-            item = await self._queue.get()
+            if item is None:
+                item = await self._queue.get()
             if item is _DONE:
                 return
             if isinstance(item, BaseException):
                 raise item
-            yield item
+            texts, item = [item], None
+            while item is None and not self._queue.empty():
+                item = self._queue.get_nowait()
+                if isinstance(item, str):
+                    texts.append(item)
+                    item = None
+            yield "".join(texts)
 
     def cancel(self) -> None:
         """End the program if it still runs (its upstream requests are aborted as it ends)."""
