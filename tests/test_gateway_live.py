@@ -306,3 +306,10 @@ def test_self_consistency_streams_the_chosen_sample_and_its_samples(gateway):
     assert "".join(d.get("reasoning", "") for d in deltas) == REASONING
     assert "".join(d.get("content", "") for d in deltas) == ANSWER
     assert [s["answer"] for s in events[-1]["reasonserve"]["samples"]] == ["42", "42"]
+
+
+def test_a_text_prompt_that_closed_its_thinking_is_answered_directly(gateway):
+    url, _ = gateway
+    out = post(url, "/v1/completions", {"prompt": "Q?<think>short</think>", "max_tokens": 50})
+    choice, info = out["choices"][0], out["reasonserve"]
+    assert choice["reasoning"] is None and choice["text"] == ANSWER and info["num_probes"] == 0

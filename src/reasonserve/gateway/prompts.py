@@ -5,18 +5,29 @@
 * ``/v1/chat/completions``: the messages rendered by a chat template -- the gateway's
   own tokenizer's (``--tokenizer``), else the upstream's (vLLM's ``/tokenize`` takes
   ``messages``); an upstream that takes text only needs ``--tokenizer``.
+
+Each is a :class:`Prompt`: what the upstream gets, and its text where the gateway has it
+(the reasoning parser reads it: a prompt that closed the thinking block starts in the
+answer).
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 from reasonserve.clients.errors import ClientError
 from reasonserve.clients.http import HTTPClient
 from reasonserve.serve.errors import ApiError
 
-__all__ = ["ChatTemplate", "chat_prompt", "completion_prompt", "message_dicts"]
+__all__ = ["ChatTemplate", "Prompt", "chat_prompt", "completion_prompt", "message_dicts"]
+
+
+@dataclass(frozen=True)
+class Prompt:
+    payload: str | tuple[int, ...]  # what the program continues
+    text: str | None  # the prompt's text (None: rendered to ids by the upstream, or sent as ids)
 
 
 class ChatTemplate:
@@ -58,9 +69,7 @@ def message_dicts(body) -> list[dict]:
     return out
 
 
-async def chat_prompt(
-    body, client: HTTPClient, template: ChatTemplate | None, model: str | None
-) -> str | tuple[int, ...]:
+async def chat_prompt(body, client: HTTPClient, template: ChatTemplate | None, model: str | None) -> Prompt:
     """The rendered conversation: ids when the upstream takes ids, else text."""
     if body.continue_final_message and body.add_generation_prompt:
         raise ApiError(
@@ -88,7 +97,7 @@ async def chat_prompt(
         raise ApiError(
             400, "chat requests need the gateway's --tokenizer with this upstream kind", param="messages"
         )
-    call = {
+    call: dict = {
         "messages": messages,
         "add_generation_prompt": body.add_generation_prompt,
         "continue_final_message": body.continue_final_message,
@@ -96,12 +105,12 @@ async def chat_prompt(
     }
     if kwargs:
         call["chat_template_kwargs"] = kwargs
-    return await _tokenize(client, call, model)
+    return Prompt(await _tokenize(client, call, model), None)
 
 
 async def completion_prompt(
     prompt, client: HTTPClient, model: str | None, *, special_tokens: bool = True
-) -> str | tuple[int, ...]:
+) -> Prompt:
     """One prompt (text or ids) as the upstream should get it."""
     if isinstance(prompt, list) and prompt and not isinstance(prompt[0], int):
         if len(prompt) != 1:
@@ -110,10 +119,11 @@ async def completion_prompt(
     if not isinstance(prompt, str):
         if not client.capabilities.token_ids:
             raise ApiError(400, "token-id prompts need an upstream that takes token ids", param="prompt")
-        return tuple(prompt)
+        return Prompt(tuple(prompt), None)
     if not client.capabilities.token_ids:
-        return prompt
-    return await _tokenize(client, {"prompt": prompt, "add_special_tokens": special_tokens}, model)
+        return Prompt(prompt, prompt)
+    call = {"prompt": prompt, "add_special_tokens": special_tokens}
+    return Prompt(await _tokenize(client, call, model), prompt)
 
 
 async def _tokenize(client: HTTPClient, call: dict, model: str | None) -> tuple[int, ...]:

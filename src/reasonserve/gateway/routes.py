@@ -25,7 +25,7 @@ from reasonserve.gateway.errors import upstream_error
 from reasonserve.gateway.metrics import GatewayMetrics
 from reasonserve.gateway.options import ProgramPlan, plan_program
 from reasonserve.gateway.program import ProgramRun
-from reasonserve.gateway.prompts import ChatTemplate, chat_prompt, completion_prompt
+from reasonserve.gateway.prompts import ChatTemplate, Prompt, chat_prompt, completion_prompt
 from reasonserve.gateway.protocol import GatewayChatRequest
 from reasonserve.gateway.responses import ResponseShape
 from reasonserve.gateway.scheduling import ProgramScheduler
@@ -91,7 +91,7 @@ class Gateway:
         reasoning, content = self.parser.split("".join(pieces), in_answer=run.in_answer)
         return shape.final(reasoning, content, plan, run.outcome)
 
-    async def _prompt(self, body, chat: bool):
+    async def _prompt(self, body, chat: bool) -> Prompt:
         model = self.cfg.upstream_model
         try:
             if chat:
@@ -102,12 +102,10 @@ class Gateway:
         except Exception as err:
             raise upstream_error(err) from None
 
-    async def _start(self, plan: ProgramPlan, prompt, body) -> ProgramRun:
-        in_answer = self.parser.starts_in_answer(
-            prompt if isinstance(prompt, str) else None, getattr(body, "chat_template_kwargs", None)
-        )
-        tag_ids = ()
-        if not isinstance(prompt, str):
+    async def _start(self, plan: ProgramPlan, prompt: Prompt, body) -> ProgramRun:
+        in_answer = self.parser.starts_in_answer(prompt.text, getattr(body, "chat_template_kwargs", None))
+        tag_ids: tuple[int, ...] = ()
+        if not isinstance(prompt.payload, str):
             try:
                 tag_ids = await self.http.encode(self.parser.end_tag)
             except Exception as err:
@@ -122,7 +120,7 @@ class Gateway:
 
         run = ProgramRun(
             plan,
-            prompt,
+            prompt.payload,
             client,
             trace,
             think_end=self.parser.end_tag,
