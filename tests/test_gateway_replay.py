@@ -96,8 +96,9 @@ def test_gateway_decisions_equal_the_offline_replay(run):
     rule = host_default_rule()
     upstream = ReplayUpstream({_key(t): t for t in trajs}, finals, tuple(encode(DEFAULT_PROBE_SUFFIX)))
     with live_app(upstream.app(), ServeConfig()) as (_, port):
+        # no escalation here: a long run on a busy machine would earn it (tested on its own)
         cfg = GatewayConfig(f"http://127.0.0.1:{port}", upstream_kind="vllm", served_model_name="replay",
-                            limits=ServeConfig(max_tokens_limit=40_000))  # fmt: skip
+                            starvation_bound_s=1e9, limits=ServeConfig(max_tokens_limit=40_000))  # fmt: skip
         with live_gateway(cfg) as (url, _):
             replies = asyncio.run(_ask_all(url, trajs))
     correct = cost = exits = 0
