@@ -15,7 +15,7 @@ SIM_SRC := scripts/compile_sim.py src/reasonserve/native.py \
 	$(wildcard src/reasonserve/sim/*.py src/reasonserve/core/*.py src/reasonserve/policies/*.py)
 EDITABLE := --no-build-isolation -e
 
-.PHONY: demo test test-adapters lint typecheck docs bench clean
+.PHONY: demo test test-fast test-adapters lint typecheck docs bench clean
 
 $(VENV)/.torch:
 	$(PYTHON) -m venv $(VENV)
@@ -44,6 +44,10 @@ $(VENV)/.simc: $(VENV)/.dev $(SIM_SRC)
 
 test: $(VENV)/.dev $(VENV)/.simc
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+# While iterating: the suite without the tests marked slow (make test and CI run them all).
+test-fast: $(VENV)/.dev
+	$(PY) -m pytest -m "not slow" $(PYTEST_ARGS)
 
 # Contract tests against the real vLLM 0.33 / SGLang 0.5.23 in light CPU environments
 # (.venv-vllm, .venv-sglang: CPU torch + the engine with --no-deps + a frozen list; built

@@ -43,7 +43,7 @@ import httpx  # noqa: E402
 
 from _gateway import THINK_END, token_id, write_chain_checkpoint  # noqa: E402
 from _harness import RESULTS, machine  # noqa: E402
-from reasonserve.certainindex.stopping import AgreeSpanRule  # noqa: E402
+from reasonserve.certainindex import AgreeSpanRule  # noqa: E402
 from reasonserve.clients import OpenAIShim  # noqa: E402
 from reasonserve.clients.http import HTTPClient  # noqa: E402
 from reasonserve.programs import CoTWithProbe  # noqa: E402

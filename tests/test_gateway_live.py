@@ -295,7 +295,9 @@ def test_a_prompt_that_closes_the_thinking_is_all_answer(upstream):
         out = post(url, "/v1/chat/completions", body)
     msg, usage = out["choices"][0]["message"], out["usage"]
     assert msg["reasoning"] is None and msg["content"] == REASONING + "</think>" + ANSWER
-    assert usage["completion_tokens_details"]["reasoning_tokens"] == 0 and out["reasonserve"]["num_probes"] == 0
+    assert (
+        usage["completion_tokens_details"]["reasoning_tokens"] == 0 and out["reasonserve"]["num_probes"] == 0
+    )
 
 
 def test_self_consistency_streams_the_chosen_sample_and_its_samples(gateway):
@@ -313,3 +315,33 @@ def test_a_text_prompt_that_closed_its_thinking_is_answered_directly(gateway):
     out = post(url, "/v1/completions", {"prompt": "Q?<think>short</think>", "max_tokens": 50})
     choice, info = out["choices"][0], out["reasonserve"]
     assert choice["reasoning"] is None and choice["text"] == ANSWER and info["num_probes"] == 0
+
+
+def test_the_gateway_command_serves_until_sigterm(upstream):
+    import signal
+    import subprocess
+    import sys
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    argv = [sys.executable, "-m", "reasonserve", "gateway", "--upstream", upstream.url, "--upstream-kind",
+            "reasonserve", "--tokenizer", str(upstream.folder), "--port", str(port), "--early-exit", "off",
+            "--max-tokens-limit", "4000"]  # fmt: skip
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        assert wait_until(lambda: _healthy(url), timeout_s=60), proc.stderr
+        out = post(url, "/v1/chat/completions", {"messages": CHAT, "max_tokens": 100})
+        assert out["choices"][0]["message"]["content"] == ANSWER and out["reasonserve"]["program"] == "think"
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=TIMEOUT_S) == 0
+    finally:
+        proc.kill()
+
+
+def _healthy(url: str) -> bool:
+    try:
+        return httpx.get(url + "/health", timeout=1).status_code == 200
+    except httpx.HTTPError:
+        return False

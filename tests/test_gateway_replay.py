@@ -32,8 +32,8 @@ pytest.importorskip("fastapi", reason="gateway tests need fastapi (serve extra)"
 from _gateway import live_gateway  # noqa: E402
 from _live_server import TIMEOUT_S, live_app  # noqa: E402
 from _replay_upstream import PREFIX, ReplayUpstream, encode  # noqa: E402
+from reasonserve.certainindex import equivalent  # noqa: E402
 from reasonserve.certainindex.calibration import Outcome  # noqa: E402
-from reasonserve.certainindex.equivalence import equivalent  # noqa: E402
 from reasonserve.gateway import GatewayConfig  # noqa: E402
 from reasonserve.gateway.scheduling import CERTAINTY_LEVELS  # noqa: E402
 from reasonserve.programs import DEFAULT_PROBE_SUFFIX  # noqa: E402

@@ -6,8 +6,7 @@ import json
 
 import pytest
 
-from reasonserve.certainindex.allocation import EvenPolicy, ThresholdPolicy
-from reasonserve.certainindex.stopping import AgreeSpanRule
+from reasonserve.certainindex import AgreeSpanRule, EvenPolicy, ThresholdPolicy
 from reasonserve.clients.errors import (
     HostError,
     HostRejectedError,

@@ -11,9 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from reasonserve.certainindex.allocation import EvenPolicy, ThresholdPolicy
-from reasonserve.certainindex.probe_consistency import PRESETS
-from reasonserve.certainindex.stopping import AgreeSpanRule, StoppingRule
+from reasonserve.certainindex import PRESETS, AgreeSpanRule, EvenPolicy, StoppingRule, ThresholdPolicy
 from reasonserve.gateway.config import GatewayConfig
 from reasonserve.gateway.protocol import EarlyExitSpec, SelfConsistencySpec
 from reasonserve.programs import CoTWithProbe, SelfConsistency

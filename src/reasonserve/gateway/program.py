@@ -24,7 +24,7 @@ import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 
-from reasonserve.certainindex.answers import extract_answer
+from reasonserve.certainindex import extract_answer
 from reasonserve.clients.errors import HostError
 from reasonserve.clients.protocol import GenerateRequest, GenerateResult
 from reasonserve.gateway.options import ProgramPlan

@@ -11,7 +11,7 @@ import asyncio
 
 from reasonserve.gateway.app import create_gateway_app, upstream_client
 from reasonserve.gateway.config import GatewayConfig
-from reasonserve.serve.server import uvicorn_config
+from reasonserve.serve.server import signals_end_the_drain, uvicorn_config
 
 __all__ = ["serve_gateway"]
 
@@ -19,7 +19,7 @@ __all__ = ["serve_gateway"]
 def serve_gateway(
     cfg: GatewayConfig, *, host: str = "127.0.0.1", port: int = 8000, log_level: str = "info"
 ) -> int:
-    """Serve until SIGTERM/SIGINT; returns 0."""
+    """Serve until SIGTERM/SIGINT (drained as ``reasonserve serve`` drains); returns 0."""
     import uvicorn
 
     http = upstream_client(cfg)
@@ -32,5 +32,6 @@ def serve_gateway(
         finally:
             await http.aclose()
 
-    asyncio.run(run())
+    with signals_end_the_drain():
+        asyncio.run(run())
     return 0

@@ -17,7 +17,7 @@ from reasonserve.ops.mean import mean, mean_reference
 from reasonserve.ops.mode import OVERRIDDEN_OPS, deterministic_mode, is_deterministic_mode
 from reasonserve.ops.paged_attention import paged_attention, paged_attention_reference
 from reasonserve.ops.paged_attention_stock import paged_attention_stock
-from reasonserve.ops.rms_norm import rms_norm, rms_norm_reference
+from reasonserve.ops.rms_norm import add_rms_norm, rms_norm, rms_norm_reference
 from reasonserve.ops.sampling import greedy, gumbel_noise, sample
 from reasonserve.ops.softmax import (
     log_softmax,
@@ -29,6 +29,7 @@ from reasonserve.ops.softmax import (
 __all__ = [
     "KV_SPLIT_TOKENS",
     "OVERRIDDEN_OPS",
+    "add_rms_norm",
     "attention",
     "attention_reference",
     "decode_attention",

@@ -19,7 +19,7 @@ import pathlib
 import re
 
 from reasonserve.certainindex.answers import extract_answer
-from reasonserve.certainindex.reward import RewardCertainty
+from reasonserve.certainindex.estimators import RewardCertainty
 from reasonserve.core.errors import InvalidArgumentError
 from reasonserve.replay._jsonl import read_jsonl
 from reasonserve.replay.sc import SCQuestion, make_question

@@ -16,7 +16,7 @@ from reasonserve.serve.config import ServeConfig
 from reasonserve.serve.limits import timed_h11_protocol
 from reasonserve.serve.runner import EngineRunner
 
-__all__ = ["serve", "uvicorn_config"]
+__all__ = ["serve", "signals_end_the_drain", "uvicorn_config"]
 
 
 def uvicorn_config(app, cfg: ServeConfig, *, host: str, port: int, log_level: str = "info"):
@@ -53,7 +53,7 @@ def serve(
     )
     holder.append(server)
     try:
-        with _signals_end_the_drain():
+        with signals_end_the_drain():
             server.run()
     finally:
         runner.close(cfg.drain_timeout_s)
@@ -61,7 +61,7 @@ def serve(
 
 
 @contextlib.contextmanager
-def _signals_end_the_drain():
+def signals_end_the_drain():
     """uvicorn re-raises SIGTERM/SIGINT after its graceful shutdown, into the handler that
     was there before it; make that handler a no-op so the runner is closed and the exit
     status says whether the engine was healthy."""

@@ -22,19 +22,19 @@ prefill and decode agree. Sequences are found by binary search over per-sequence
 offsets, so the grid comes from host capacities and any batch within them is valid
 (CUDA-graph safe). Table entries, rows and splits are clamped before any load.
 
-The stock configuration (``stock_config``) runs the same kernel with tiles per
-query-length bucket and a split count chosen for occupancy: faster, not invariant.
+The stock configuration (``stock_config`` in ``_paged_config``) runs the same kernel
+with tiles per query-length bucket and a split count chosen for occupancy: faster, not
+invariant.
 """
 
 from __future__ import annotations
-
-from dataclasses import dataclass
 
 import torch
 import triton
 import triton.language as tl
 
 from reasonserve.ops.triton._config import dot_precision, on_gpu, sm_count
+from reasonserve.ops.triton._paged_config import PagedConfig, invariant_config, stock_config, tile_capacity
 
 __all__ = ["PagedConfig", "invariant_config", "paged_attention_triton", "stock_config"]
 
@@ -116,15 +116,15 @@ def _paged_kernel(
     split_tokens, group_splits, write_out,
     sq0, sq1, sq2, sk0, sk1, sk2, sk3, sv0, sv1, sv2, sv3, so0, so1, so2, st0,
     swa0, swa1, swa2, swm0, swm1, swm2,
-    GROUP: tl.constexpr, BLOCK_SIZE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-    BLOCK_D: tl.constexpr, HEAD_DIM: tl.constexpr, PRECISION: tl.constexpr,
+    GROUP: tl.constexpr, QUERIES: tl.constexpr, BLOCK_SIZE: tl.constexpr, BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, HEAD_DIM: tl.constexpr, PRECISION: tl.constexpr,
 ):  # fmt: skip
+    """One tile (``QUERIES`` queries x ``GROUP`` heads) over its splits ``[first, first + group_splits)``."""
     tile = tl.program_id(0)
     kv_head = tl.program_id(1)
     if tile >= tl.load(cu_tiles_ptr + num_seqs):
         return
     seq = _find(cu_tiles_ptr, num_seqs, tile)
-    QUERIES: tl.constexpr = BLOCK_M // GROUP
     q0 = (tile - tl.load(cu_tiles_ptr + seq)) * QUERIES
     qlen = tl.load(qlens_ptr + seq)
     context = tl.load(lens_ptr + seq) - qlen  # keys before the first query
@@ -137,7 +137,7 @@ def _paged_kernel(
     rd = tl.arange(0, BLOCK_D)
     q_index = q0 + r // GROUP
     row = tl.load(cu_q_ptr + seq) + q_index
-    row_ok = (r < QUERIES * GROUP) & (q_index < qlen) & (row < total_q)
+    row_ok = (r < QUERIES * GROUP) & (q_index >= 0) & (q_index < qlen) & (row >= 0) & (row < total_q)
     head = kv_head * GROUP + r % GROUP
     row_keys = tl.where(row_ok, context + q_index + 1, 0)
     row64 = tl.where(row_ok, row, 0).to(tl.int64)
@@ -202,61 +202,6 @@ def _combine_kernel(
     tl.store(o, out.to(o_ptr.dtype.element_ty), mask=mask)
 
 
-@dataclass(frozen=True)
-class PagedConfig:
-    """Launch settings of :func:`paged_attention_triton`.
-
-    ``block_m`` rows per tile (queries x grouped heads), ``block_n`` keys per step,
-    ``split_tokens`` keys per split (a multiple of ``block_n``); ``split_kv``: ``None``
-    lets the launcher choose the mode by occupancy (the bits never depend on it).
-    """
-
-    block_m: int
-    block_n: int
-    split_tokens: int
-    num_warps: int = 4
-    num_stages: int = 2
-    split_kv: bool | None = None
-
-
-def _rows(q: torch.Tensor, k_cache: torch.Tensor, block_m: int) -> int:
-    group = q.shape[1] // k_cache.shape[1]
-    return max(block_m, triton.next_power_of_2(group))
-
-
-def invariant_config(q: torch.Tensor, k_cache: torch.Tensor) -> PagedConfig:
-    """Fixed per device kind, dtype, head dim and group size: never per batch."""
-    if not on_gpu(q):  # interpreter: small tiles and splits keep tests fast and multi-split
-        return PagedConfig(_rows(q, k_cache, 16), 16, 32)
-    if q.dtype == torch.float32 or q.shape[2] > 128:
-        return PagedConfig(_rows(q, k_cache, 32), 32, 512, num_warps=4, num_stages=2)
-    return PagedConfig(_rows(q, k_cache, 64), 64, 512, num_warps=4, num_stages=2)
-
-
-def stock_config(
-    q: torch.Tensor, k_cache: torch.Tensor, num_seqs: int, max_seq_len: int, max_query_len: int
-) -> PagedConfig:
-    """Tiles per query-length bucket and a split count for occupancy: fast, not invariant."""
-    group = q.shape[1] // k_cache.shape[1]
-    if not on_gpu(q):
-        block_m, block_n, warps, stages = _rows(q, k_cache, 16), 16, 4, 2
-    elif max_query_len * group <= 16:  # decode-like: few rows, many keys
-        block_m, block_n, warps, stages = _rows(q, k_cache, 16), 64, 4, 3
-    elif q.dtype == torch.float32 or q.shape[2] > 128:
-        block_m, block_n, warps, stages = _rows(q, k_cache, 32), 32, 4, 2
-    else:
-        block_m, block_n, warps, stages = _rows(q, k_cache, 128), 64, 8, 2
-    programs = _tile_capacity(q.shape[0], num_seqs, block_m // group) * k_cache.shape[1]
-    splits = max(1, min(triton.cdiv(2 * sm_count(q), programs), triton.cdiv(max_seq_len, block_n)))
-    split_tokens = max(block_n, triton.cdiv(triton.cdiv(max_seq_len, splits), block_n) * block_n)
-    return PagedConfig(block_m, block_n, split_tokens, warps, stages)
-
-
-def _tile_capacity(total_q: int, num_seqs: int, queries_per_tile: int) -> int:
-    """Upper bound of the number of tiles, from host ints only."""
-    return max(1, min(total_q, total_q // queries_per_tile + num_seqs))
-
-
 def _offsets(counts: torch.Tensor) -> torch.Tensor:
     """``[B + 1]`` int32 exclusive prefix sums of ``counts`` (on the device, no sync)."""
     return torch.cat([counts.new_zeros(1), torch.cumsum(counts, 0, dtype=torch.int32)])
@@ -276,10 +221,12 @@ def paged_attention_triton(
     """``q [total_q, Hq, D]`` over the paged cache -> ``[total_q, Hq, D]`` (see the module doc)."""
     total_q, hq, d = q.shape
     num_seqs, hkv, group = block_tables.shape[0], k_cache.shape[1], hq // k_cache.shape[1]
+    if min(num_seqs, block_tables.shape[1], k_cache.shape[0]) == 0:  # no key anywhere: invalid queries
+        return torch.zeros_like(q)
     qlens, tables = query_lens.to(torch.int32), block_tables.contiguous()
     queries = config.block_m // group
     cu_q, cu_tiles = _offsets(qlens), _offsets((qlens + queries - 1) // queries)
-    tiles = _tile_capacity(total_q, num_seqs, queries)
+    tiles = tile_capacity(total_q, num_seqs, queries)
     max_splits = max(1, triton.cdiv(max_seq_len, config.split_tokens))
     split = _split_kv(config, q, tiles * hkv, max_splits)
     groups = max_splits if split else 1
@@ -294,8 +241,9 @@ def paged_attention_triton(
         1 if split else 1 << 30, 0 if split else 1,
         *q.stride(), *k_cache.stride(), *v_cache.stride(), *out.stride(), tables.stride(0),
         *ws_acc.stride()[:3], *ws_ml.stride()[:3],
-        GROUP=group, BLOCK_SIZE=k_cache.shape[2], BLOCK_M=config.block_m, BLOCK_N=config.block_n,
-        BLOCK_D=block_d, HEAD_DIM=d, PRECISION=dot_precision(q.dtype), **_launch(config, q),
+        GROUP=group, QUERIES=queries, BLOCK_SIZE=k_cache.shape[2], BLOCK_M=config.block_m,
+        BLOCK_N=config.block_n, BLOCK_D=block_d, HEAD_DIM=d, PRECISION=dot_precision(q.dtype),
+        **_launch(config, q),
     )  # fmt: skip
     if split:
         _combine_kernel[(total_q, hkv)](
