@@ -7,6 +7,7 @@ import json
 import pytest
 
 from reasonserve.certainindex import AgreeSpanRule, EvenPolicy, ThresholdPolicy
+from reasonserve.certainindex.stopping import WindowConsistencyRule
 from reasonserve.clients.errors import (
     HostError,
     HostRejectedError,
@@ -78,6 +79,15 @@ def test_a_custom_rule_maps_every_field():
     p = plan(early_exit=spec)
     assert p.cot.rule == AgreeSpanRule(k_probes=5, min_tokens=100, hesitation=False)
     assert p.cot.chunk_tokens == 16 and p.early_exit == "custom"
+
+
+def test_a_tolerance_lets_some_probes_disagree():
+    p = plan(early_exit={"probe_interval_tokens": 32, "agreement": 5, "tolerance": 1})
+    assert p.cot.rule == WindowConsistencyRule(5, 1) and p.cot.chunk_tokens == 32
+    for bad in ({"agreement": 3, "tolerance": 3}, {"rule": "certified", "tolerance": 1}):
+        with pytest.raises(ApiError) as err:
+            plan(early_exit=bad)
+        assert err.value.status == 400 and err.value.param == "early_exit.tolerance"
 
 
 def test_the_certified_rule_at_another_probe_interval():

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from reasonserve.certainindex import PRESETS, AgreeSpanRule, EvenPolicy, StoppingRule, ThresholdPolicy
+from reasonserve.certainindex.stopping import WindowConsistencyRule
 from reasonserve.gateway.config import GatewayConfig
 from reasonserve.gateway.protocol import EarlyExitSpec, SelfConsistencySpec
 from reasonserve.programs import CoTWithProbe, SelfConsistency
@@ -102,14 +103,18 @@ def _rule(choice) -> tuple[StoppingRule, int, str]:
         return AgreeSpanRule(k_probes=window, min_tokens=0, name=f"preset {choice}"), interval, choice
     assert isinstance(choice, EarlyExitSpec)
     if choice.rule == "certified":
-        for name in sorted(choice.model_fields_set & {"agreement", "min_tokens", "hesitation"}):
+        for name in sorted(choice.model_fields_set & {"agreement", "tolerance", "min_tokens", "hesitation"}):
             raise ApiError(
                 400, f"early_exit.{name} is not a parameter of the certified rule", param=f"early_exit.{name}"
             )
         return host_default_rule(), choice.probe_interval_tokens, "certified"
-    rule = AgreeSpanRule(
-        k_probes=choice.agreement, min_tokens=choice.min_tokens, hesitation=choice.hesitation
-    )
+    if choice.tolerance >= choice.agreement:
+        raise ApiError(400, "early_exit.tolerance must be < agreement", param="early_exit.tolerance")
+    fields = dict(min_tokens=choice.min_tokens, hesitation=choice.hesitation)
+    if choice.tolerance:
+        rule: StoppingRule = WindowConsistencyRule(choice.agreement, choice.tolerance, **fields)
+    else:
+        rule = AgreeSpanRule(k_probes=choice.agreement, **fields)
     return rule, choice.probe_interval_tokens, "custom"
 
 

@@ -37,14 +37,16 @@ class EarlyExitSpec(StrictModel):
     """Probe every ``probe_interval_tokens`` reasoning tokens; ``rule``:
 
     * ``"agreement"`` (Dynasor): exit once the last ``agreement`` counted probes give the
-      same answer (a probe whose text hesitates -- "wait", "hmm", ... -- is not counted
-      unless ``hesitation`` is false), never before ``min_tokens``;
+      same answer, all but at most ``tolerance`` of them (a probe whose text hesitates --
+      "wait", "hmm", ... -- is not counted unless ``hesitation`` is false), never before
+      ``min_tokens``;
     * ``"certified"``: the shipped rule at this probe interval (the other fields are
       not its parameters: setting them is an error)."""
 
     rule: Literal["agreement", "certified"] = "agreement"
     probe_interval_tokens: int = Field(64, ge=1, le=8192)
     agreement: int = Field(3, ge=1, le=1024)
+    tolerance: int = Field(0, ge=0, le=1023)
     min_tokens: int = Field(0, ge=0, le=MAX_INT32)
     hesitation: bool = True
 
