@@ -6,11 +6,13 @@ Thinking, then answering:
    upstream stops at the end-of-thinking tag (a stop string) or at the thinking budget.
    An early exit closes the thinking and answers with the agreed answer (the CoT
    program's ``**Final Answer** \\boxed{...}`` text): the output ends there.
-2. **Answering**, when the thinking ended (the tag was reached) or hit its budget (vLLM's
-   ``thinking_token_budget``: the tag is added): one streamed request continues the
-   prompt, the reasoning and the tag, for what is left of ``max_tokens``, with the
-   client's stop strings. (In token-id mode a thinking pass that ended on end-of-sequence
-   instead of the tag has ended the output.)
+2. **Answering**, when the thinking ended or hit its budget (vLLM's
+   ``thinking_token_budget``): one streamed request continues the prompt, the reasoning
+   and the tag (added unless the upstream returned its ids), for what is left of
+   ``max_tokens``, with the client's stop strings. A thinking pass that ended on its own
+   counts as closed whether the tag or an end-of-sequence stopped it: hosts differ in
+   whether a stop string's token ids are returned, so they cannot tell the two apart;
+   either way the model is asked for its answer.
 
 Self-consistency (``sc``) runs its samples (each a whole output) and returns the
 majority sample's text. The text arrives in order through :meth:`ProgramRun.pieces`,
@@ -183,7 +185,8 @@ class ProgramRun:
             self._take(chunk.text, chunk.token_ids)
             finish = chunk.finish_reason or finish
         self._count()
-        return self._thinking_over(finish or "stop")
+        self._thinking_ended(finish or "stop")
+        return True
 
     async def _cot(self) -> bool:
         """Chunks with probes (CoTWithProbe); True when the answer should follow."""
@@ -205,18 +208,14 @@ class ProgramRun:
             self._emit(result.text[len("".join(self._text)) :])  # the thinking closed, the answer
             return False
         last = next(e for e in reversed(trace.events) if e["kind"] == "chunk")
-        return self._thinking_over(last["finish_reason"] if trace.exit != "budget" else "length")
+        self._thinking_ended(last["finish_reason"] if trace.exit != "budget" else "length")
+        return True
 
-    def _thinking_over(self, finish: str) -> bool:
-        """After thinking ended with ``finish``: does an answer follow? (module docstring)"""
+    def _thinking_ended(self, finish: str) -> None:
+        """The thinking ended with ``finish``: at its budget, or closed (module docstring)."""
         if finish in ("abort", "error"):
             raise HostError(f"the upstream ended a request with finish_reason {finish!r}")
-        o = self.outcome
-        o.exit = "budget" if finish == "length" else "finished"
-        if finish == "length" or not self.use_ids or self._ends_with_tag():
-            return True
-        o.answer = extract_answer("".join(self._text))  # ended on end-of-sequence: no answer phase
-        return False
+        self.outcome.exit = "budget" if finish == "length" else "finished"
 
     async def _answer(self) -> None:
         plan, o = self.plan, self.outcome
