@@ -124,7 +124,7 @@ def faulty():
     upstream = FaultyUpstream()
     with upstream.running() as url:
         cfg = GatewayConfig(url, upstream_kind="openai", served_model_name="gw", default_early_exit="off",
-                            upstream_timeout_s=1.0, program_timeout_s=20.0)  # fmt: skip
+                            upstream_timeout_s=0.5, program_timeout_s=20.0)  # fmt: skip
         with live_gateway(cfg) as (gw_url, gateway):
             yield gw_url, gateway, upstream
 
