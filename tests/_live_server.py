@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import threading
 import time
@@ -12,7 +11,7 @@ from reasonserve.engine import Engine, EngineConfig, make_tiny_checkpoint
 from reasonserve.serve.app import create_app
 from reasonserve.serve.config import ServeConfig
 from reasonserve.serve.runner import EngineRunner
-from reasonserve.serve.server import uvicorn_config
+from reasonserve.serve.server import run_server, uvicorn_config
 
 TIMEOUT_S = 30.0  # every client call in the server tests uses this (or less)
 
@@ -53,15 +52,7 @@ def live_app(app, cfg: ServeConfig, cleanup=None):
     import uvicorn
 
     server = uvicorn.Server(uvicorn_config(app, cfg, host="127.0.0.1", port=0, log_level="warning"))
-
-    async def serve():
-        try:
-            await server.serve()
-        finally:
-            if cleanup is not None:
-                await cleanup()
-
-    thread = threading.Thread(target=asyncio.run, args=(serve(),), daemon=True)
+    thread = threading.Thread(target=run_server, args=(server, cleanup), daemon=True)
     thread.start()
     deadline = time.monotonic() + TIMEOUT_S
     while not server.started and thread.is_alive() and time.monotonic() < deadline:

@@ -7,11 +7,9 @@ upstream request still running, are dropped: the upstream aborts them).
 
 from __future__ import annotations
 
-import asyncio
-
 from reasonserve.gateway.app import create_gateway_app, upstream_client
 from reasonserve.gateway.config import GatewayConfig
-from reasonserve.serve.server import signals_end_the_drain, uvicorn_config
+from reasonserve.serve.server import run_server, signals_end_the_drain, uvicorn_config
 
 __all__ = ["serve_gateway"]
 
@@ -26,12 +24,6 @@ def serve_gateway(
     app = create_gateway_app(cfg, http)
     server = uvicorn.Server(uvicorn_config(app, cfg.limits, host=host, port=port, log_level=log_level))
 
-    async def run() -> None:
-        try:
-            await server.serve()
-        finally:
-            await http.aclose()
-
     with signals_end_the_drain():
-        asyncio.run(run())
+        run_server(server, http.aclose)
     return 0

@@ -7,16 +7,18 @@ server shuts down the same way and :func:`serve` returns 1.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import signal
 import threading
+from collections.abc import Awaitable, Callable
 
 from reasonserve.serve.app import create_app
 from reasonserve.serve.config import ServeConfig
 from reasonserve.serve.limits import timed_h11_protocol
 from reasonserve.serve.runner import EngineRunner
 
-__all__ = ["serve", "signals_end_the_drain", "uvicorn_config"]
+__all__ = ["run_server", "serve", "signals_end_the_drain", "uvicorn_config"]
 
 
 def uvicorn_config(app, cfg: ServeConfig, *, host: str, port: int, log_level: str = "info"):
@@ -58,6 +60,25 @@ def serve(
     finally:
         runner.close(cfg.drain_timeout_s)
     return 1 if runner.error is not None else 0
+
+
+def run_server(server, cleanup: Callable[[], Awaitable[None]] | None = None) -> None:
+    """``server.serve()`` on the event loop uvicorn's config names (uvloop where installed,
+    as ``server.run()`` would), then ``await cleanup()`` on that same loop (e.g. closing
+    the app's HTTP clients)."""
+
+    async def main() -> None:
+        try:
+            await server.serve()
+        finally:
+            if cleanup is not None:
+                await cleanup()
+
+    if not hasattr(asyncio, "Runner"):  # Python 3.10: the default loop
+        asyncio.run(main())
+        return
+    with asyncio.Runner(loop_factory=server.config.get_loop_factory()) as runner:
+        runner.run(main())
 
 
 @contextlib.contextmanager
