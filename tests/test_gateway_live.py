@@ -43,7 +43,8 @@ def upstream(tmp_path_factory):
 def gateway_config(upstream, **kwargs) -> GatewayConfig:
     kwargs.setdefault("served_model_name", "gw")
     kwargs.setdefault("limits", ServeConfig(max_tokens_limit=4000))
-    return GatewayConfig(upstream.url, upstream_kind="reasonserve", tokenizer=str(upstream.folder), **kwargs)
+    kwargs.setdefault("tokenizer", str(upstream.folder))
+    return GatewayConfig(upstream.url, upstream_kind="reasonserve", **kwargs)
 
 
 @pytest.fixture(scope="module")
@@ -345,3 +346,26 @@ def _healthy(url: str) -> bool:
         return httpx.get(url + "/health", timeout=1).status_code == 200
     except httpx.HTTPError:
         return False
+
+
+def test_a_zero_thinking_budget_answers_at_once_and_reasoning_can_be_left_out(gateway):
+    url, _ = gateway
+    out = post(url, "/v1/chat/completions", {"messages": CHAT, "thinking_token_budget": 0, "max_tokens": 50})
+    msg = out["choices"][0]["message"]
+    assert (msg["reasoning"], msg["content"], out["reasonserve"]["num_probes"]) == (None, ANSWER, 0)
+    body = {"messages": CHAT, "early_exit": "off", "max_tokens": 100, "include_reasoning": False}
+    assert post(url, "/v1/chat/completions", body)["choices"][0]["message"]["reasoning"] is None
+    deltas = [
+        e["choices"][0]["delta"] for e in stream_events(url, "/v1/chat/completions", body) if e["choices"]
+    ]
+    assert (
+        not any("reasoning" in d for d in deltas) and "".join(d.get("content", "") for d in deltas) == ANSWER
+    )
+
+
+def test_without_a_tokenizer_the_upstream_renders_the_chat(upstream):
+    with live_gateway(gateway_config(upstream, tokenizer=None)) as (url, _):
+        out = post(url, "/v1/chat/completions", {"messages": CHAT, "early_exit": "off", "max_tokens": 100})
+    msg = out["choices"][0]["message"]
+    assert (msg["reasoning"], msg["content"]) == (REASONING, ANSWER)
+    assert out["usage"]["prompt_tokens"] == len("<|user|>What is 6 x 7?\n<|assistant|>") + 1

@@ -46,7 +46,7 @@ def plan(cfg: GatewayConfig = CFG, **fields):
         ({"early_exit": {"agreement": 0}}, "early_exit.agreement"),
         ({"early_exit": {"probe_interval_tokens": 64, "window": 3}}, "early_exit.window"),
         ({"early_exit": {"probe_interval_tokens": "64"}}, "early_exit.probe_interval_tokens"),
-        ({"thinking_token_budget": 0}, "thinking_token_budget"),
+        ({"thinking_token_budget": -1}, "thinking_token_budget"),
         ({"thinking_token_budget": 12.0}, "thinking_token_budget"),
         ({"self_consistency": {"n": 0}}, "self_consistency.n"),
         ({"self_consistency": {"n": 4, "stop": "vote"}}, "self_consistency.stop"),
@@ -139,6 +139,7 @@ def test_gateway_default_self_consistency_yields_to_a_request_early_exit():
         ({"max_tokens": 5000}, 400, "max_tokens"),
         ({"model": "other"}, 404, "model"),
         ({"priority": 3}, 400, "priority"),
+        ({"chat_template": "{{ messages }}"}, 400, "chat_template"),
     ],
 )
 def test_parameters_the_gateway_cannot_honour_are_refused(fields, status, param):
@@ -285,3 +286,21 @@ def test_bad_command_line_values_are_typed_errors(argv):
 
     with pytest.raises(InvalidArgumentError):
         gateway_config(gateway_args("--upstream", "http://x", *argv))
+
+
+def test_chat_messages_reach_the_template_with_their_reasoning_and_no_tools():
+    from reasonserve.gateway.prompts import message_dicts
+
+    history = [{"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]},
+               {"role": "assistant", "content": "4", "reasoning": "2+2"}, {"role": "user", "content": "x", "name": "u"}]  # fmt: skip
+    assert message_dicts(chat(messages=history)) == [
+        {"role": "user", "content": "ab"},
+        {"role": "assistant", "content": "4", "reasoning_content": "2+2"},
+        {"role": "user", "content": "x", "name": "u"},
+    ]
+    for messages, param in (([{"role": "tool", "content": "42", "tool_call_id": "c1"}], "messages[0].role"),
+                            ([{"role": "assistant", "content": None, "tool_calls": [
+                                {"id": "c1", "function": {"name": "f", "arguments": "{}"}}]}], "messages[0].tool_calls")):  # fmt: skip
+        with pytest.raises(ApiError) as err:
+            message_dicts(chat(messages=messages))
+        assert (err.value.status, err.value.param) == (400, param)

@@ -21,7 +21,7 @@ class GatewayConfig:
     """``upstream_url``: the server the programs run on; ``upstream_kind``: how to talk to
     it (``openai``: OpenAI fields only, text prompts; ``vllm``: vLLM's extensions, token
     ids, priorities lower-first; ``sglang``: SGLang's native ``/generate``;
-    ``reasonserve``: ``reasonserve serve``, priorities larger-first).
+    ``reasonserve``: ``reasonserve serve``, its extensions, priorities lower-first).
     ``upstream_model``: the ``model`` sent upstream (None: left out; SGLang ignores it).
     ``served_model_name``: the id clients use. ``tokenizer``: a local tokenizer folder or
     hub id whose chat template renders chat requests (None: the upstream's ``/tokenize``

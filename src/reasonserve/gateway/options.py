@@ -75,10 +75,10 @@ def plan_program(body, cfg: GatewayConfig, think_end: str, probe_suffix: str) ->
             sc_samples=sc.n,
             **common,
         )
-    budget = body.thinking_token_budget or cfg.default_thinking_token_budget or max_tokens
-    budget = min(budget, max_tokens)
+    budget = body.thinking_token_budget
+    budget = min(max_tokens, cfg.default_thinking_token_budget or max_tokens if budget is None else budget)
     choice = body.early_exit if body.early_exit is not None else cfg.default_early_exit
-    if choice == "off":
+    if choice == "off" or budget == 0:  # a budget of 0: no thinking, nothing to probe
         return ProgramPlan("think", "off", budget, **common)
     rule, interval, name = _rule(choice)
     cot = CoTWithProbe(
@@ -185,6 +185,7 @@ _UNSUPPORTED = (
     ("suffix", lambda b: getattr(b, "suffix", None) is not None),
     ("tools", lambda b: bool(getattr(b, "tools", None))),
     ("tool_choice", lambda b: getattr(b, "tool_choice", None) not in (None, "none")),
+    ("chat_template", lambda b: getattr(b, "chat_template", None) is not None),
 )
 
 

@@ -162,7 +162,9 @@ class ProgramRun:
             await self._self_consistency()
             return
         answer_next = True
-        if not self.in_answer:
+        if not self.in_answer and self.plan.thinking_budget == 0:
+            self.outcome.exit = "budget"  # thinking_token_budget 0: closed at once
+        elif not self.in_answer:
             answer_next = await (self._cot() if self.plan.kind == "cot" else self._think())
         o = self.outcome
         if answer_next:

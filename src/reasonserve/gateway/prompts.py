@@ -58,14 +58,23 @@ class ChatTemplate:
 
 
 def message_dicts(body) -> list[dict]:
+    """The messages as a chat template takes them (no tool calling through the gateway)."""
     out = []
     for i, m in enumerate(body.messages):
+        if m.role == "tool" or m.tool_calls:
+            param = f"messages[{i}].{'role' if m.role == 'tool' else 'tool_calls'}"
+            raise ApiError(400, "tool calling is not supported by the gateway", param=param)
         if m.content is None and m.role != "assistant":
             raise ApiError(
                 400, f"content of a {m.role} message must not be null", param=f"messages[{i}].content"
             )
-        text = m.content if isinstance(m.content, str) else "".join(p.text for p in m.content or [])
-        out.append({"role": m.role, "content": text})
+        message = {"role": m.role, "content": m.content if isinstance(m.content, str) else
+                   "".join(p.text for p in m.content or [])}  # fmt: skip
+        if m.name is not None:
+            message["name"] = m.name
+        if (m.reasoning or m.reasoning_content) is not None:
+            message["reasoning_content"] = m.reasoning or m.reasoning_content
+        out.append(message)
     return out
 
 
@@ -92,7 +101,7 @@ async def chat_prompt(body, client: HTTPClient, template: ChatTemplate | None, m
             raise ApiError(
                 400, f"the chat template rejected the messages: {str(err)[:300]}", param="messages"
             ) from None
-        return await completion_prompt(text, client, model, special_tokens=False)
+        return await completion_prompt(text, client, model, special_tokens=body.add_special_tokens)
     if not client.capabilities.token_ids:
         raise ApiError(
             400, "chat requests need the gateway's --tokenizer with this upstream kind", param="messages"
@@ -101,7 +110,7 @@ async def chat_prompt(body, client: HTTPClient, template: ChatTemplate | None, m
         "messages": messages,
         "add_generation_prompt": body.add_generation_prompt,
         "continue_final_message": body.continue_final_message,
-        "add_special_tokens": False,
+        "add_special_tokens": body.add_special_tokens,
     }
     if kwargs:
         call["chat_template_kwargs"] = kwargs

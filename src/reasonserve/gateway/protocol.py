@@ -5,8 +5,9 @@ reasoning controls, sent as OpenAI extra-body fields (``extra_body=`` in the ope
   :func:`~reasonserve.programs.cot.host_default_rule`); a Dynasor preset name
   (``"mild"``, ``"low"``, ``"mid"``, ``"high"``, ``"crazy"``: that many agreeing probes
   at that probe interval); or an object :class:`EarlyExitSpec`.
-* ``thinking_token_budget``: the most reasoning tokens (vLLM's name); at the cap the
-  thinking block is closed and the model answers.
+* ``thinking_token_budget`` (``reasonserve serve``'s field, vLLM's name): the most
+  reasoning tokens; at the cap the thinking block is closed and the model answers (0:
+  it answers at once).
 * ``self_consistency``: :class:`SelfConsistencySpec`.
 
 Unknown fields, wrong types and out-of-range values are 400s naming the field.
@@ -72,7 +73,6 @@ class SelfConsistencySpec(StrictModel):
 
 class _Controls(StrictModel):
     early_exit: EarlyExit | None = None
-    thinking_token_budget: int | None = Field(None, ge=1, le=MAX_INT32)
     self_consistency: SelfConsistencySpec | None = None
     chat_template_kwargs: dict[str, str | int | float | bool] | None = None
 

@@ -49,10 +49,14 @@ def program_info(plan: ProgramPlan, o: Outcome) -> dict:
 
 
 class ResponseShape:
-    """Bodies and stream chunks of one response (chat or completion)."""
+    """Bodies and stream chunks of one response (chat or completion). ``show_reasoning``
+    false (the chat field ``include_reasoning``): the reasoning is left out."""
 
-    def __init__(self, *, chat: bool, response_id: str, model: str, created: int) -> None:
+    def __init__(
+        self, *, chat: bool, response_id: str, model: str, created: int, show_reasoning: bool = True
+    ) -> None:
         self.chat, self.id, self.model, self.created = chat, response_id, model, created
+        self.show_reasoning = show_reasoning
 
     def _envelope(self, *, chunk: bool) -> dict:
         kind = ("chat.completion.chunk" if chunk else "chat.completion") if self.chat else "text_completion"
@@ -60,6 +64,7 @@ class ResponseShape:
 
     def final(self, reasoning: str | None, content: str | None, plan: ProgramPlan, o: Outcome) -> dict:
         choice: dict = {"index": 0}
+        reasoning = reasoning if self.show_reasoning else None
         if self.chat:
             choice["message"] = {
                 "role": "assistant",
@@ -80,6 +85,7 @@ class ResponseShape:
     def chunk(self, *, reasoning: str = "", content: str = "", first: bool = False) -> dict:
         """A piece of the output (``first``: the chat stream's opening chunk, with the role)."""
         choice: dict = {"index": 0}
+        reasoning = reasoning if self.show_reasoning else ""
         if self.chat:
             delta: dict = {"role": "assistant", "content": ""} if first else {}
             if reasoning:

