@@ -279,7 +279,6 @@ def _wait(i, program, needed):
     return RequestView(f"w{i}", float(i), Phase.PREFILL, 8, 0, 0, blocks_needed=needed, program_id=program)
 
 
-@pytest.mark.sources_only  # spies on _ranked._all_fit, which compiled code calls directly
 @pytest.mark.parametrize(
     ("free", "expect_all_fit"),
     [(3, True), (2, False)],  # after the block: the later programs' running requests all fit, or not
@@ -327,7 +326,6 @@ def test_argsort_lazily_sorts_its_partial_selection():
     assert list(argsort_lazily(key, 50)) == sorted(range(300), key=values.__getitem__)
 
 
-@pytest.mark.sources_only  # spies on _ranked._all_fit, which compiled code calls directly
 @pytest.mark.parametrize(("free", "all_fit"), [(3, True), (2, False)])
 def test_running_first_fill_shortcut_equals_the_ranked_fill(monkeypatch, free, all_fit):
     calls = []
@@ -507,7 +505,6 @@ def test_pascals_turn_order_raises_where_the_plain_sort_does():
             pascal_mod._by_enqueue(reqs)
 
 
-@pytest.mark.sources_only  # spies on _order internals, which compiled code calls directly
 @pytest.mark.parametrize(
     ("keys", "branch"),
     [

@@ -426,7 +426,6 @@ def test_fcfs_rr_pascal_decide_the_same_with_host_columns(view, width):
         assert [list(q) for q in plain] == [list(q) for q in by_columns]
 
 
-@pytest.mark.sources_only  # spies on _order internals, which compiled code calls directly
 @pytest.mark.parametrize(
     ("keys", "taken"),
     [([0.0, 1.0, 2.0], "in order"), ([2.0, 0.0, 1.0], "argsort"), ([1.0, 0.0, 1.0], "ties"),
@@ -459,7 +458,6 @@ def _spy_object_sorts(monkeypatch) -> list:
     return sorted_queues
 
 
-@pytest.mark.sources_only  # spies on _order.ordered and pascal._by_enqueue; compiled code calls them directly
 @pytest.mark.parametrize("nan", [False, True])
 @pytest.mark.parametrize("name", sorted(TURN_POLICIES))
 def test_the_column_branch_is_taken_unless_a_key_is_nan(monkeypatch, name, nan):

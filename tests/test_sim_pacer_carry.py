@@ -58,7 +58,6 @@ def _checked(monkeypatch) -> list[tuple[bool, bool]]:
     return log
 
 
-@pytest.mark.sources_only
 @pytest.mark.skipif(not (DATA / "serving_traces").is_dir(), reason="needs the shared ServeGen trace")
 @pytest.mark.parametrize("skip", [False, True])
 def test_the_carried_fold_is_the_fold_from_scratch_across_migrations_and_swaps(monkeypatch, skip):

@@ -2,30 +2,42 @@
 ``decision_check`` and the simulator's ``plan``): the requests that stay plus those
 admitted fit the seats, and the blocks they need this step (growth of those staying, then
 each admission in order) fit the free blocks plus those released by the requests leaving.
-The host supplies its own block arithmetic; the rule is written once, here.
-
-A module of the compiled set (:mod:`reasonserve.native`: the simulator checks every plan):
-the host's values are typed ``Any``, read as Python reads them."""
+The host supplies its own block arithmetic; the rule is written once, here."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Callable, Collection, Sequence
+from typing import Protocol, TypeVar
 
 from reasonserve.core.decisions import Admit
 
 __all__ = ["check_capacity"]
 
 
+
+class _Sequence(Protocol):
+    @property
+    def request_id(self) -> str: ...
+
+
+S = TypeVar("S", bound=_Sequence)  # a host's sequence type
+
+
+class _Plan(Protocol[S]):
+    preempt: Collection[str]
+    finish: Collection[str]
+    admit: list[S]
+
+
 def check_capacity(
-    plan: Any,
-    running: Sequence,
+    plan: _Plan[S],
+    running: Sequence[S],
     *,
-    max_num_seqs: Any,
-    free_blocks: Any,
-    released: Callable[[list], Any],
-    growth: Callable[[Any], Any],
-    admission_blocks: Callable[[Any], Any],
+    max_num_seqs: int,
+    free_blocks: int,
+    released: Callable[[list[S]], int],
+    growth: Callable[[S], int],
+    admission_blocks: Callable[[S], int],
     bad: Callable[..., Exception],
 ) -> None:
     """``plan``: has ``preempt``/``finish`` (request ids leaving) and ``admit`` (sequences,

@@ -1,6 +1,5 @@
 """A seeded discrete-event simulator of N serving instances with a roofline cost model,
-running the same policy objects as the embedded engine. Its per-step modules run compiled
-when the build could compile them (:mod:`reasonserve.native`)."""
+running the same policy objects as the embedded engine."""
 
 from reasonserve.sim.config import SimConfig
 from reasonserve.sim.cost_model import RooflineCostModel

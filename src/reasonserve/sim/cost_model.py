@@ -22,15 +22,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from reasonserve.core.errors import InvalidArgumentError
-from reasonserve.sim import step_times as _times
 from reasonserve.sim.hardware import HardwareSpec
 from reasonserve.sim.model_spec import ModelSpec
 
 __all__ = ["RooflineCostModel"]
 
 _VECTOR_FROM = 64  # decode_iterations_s: from this many iterations numpy's fixed cost pays
-# compiled, the step_times loops beat numpy and the Python loops (the same results)
-NATIVE_TIMES = not str(_times.__file__).endswith(".py")
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,13 +58,6 @@ class RooflineCostModel:
         m = self.model
         attn = 4 * m.num_layers * m.hidden_size
         kv = m.kv_bytes_per_token
-        if NATIVE_TIMES:
-            peak = self.hardware.peak_flops * self.compute_efficiency
-            bandwidth = self.hardware.memory_bandwidth_bytes_s * self.bandwidth_efficiency
-            fast = _times.step_time(chunks, 2 * m.num_params, attn, kv, m.weight_bytes, peak, bandwidth,
-                                    self.step_overhead_s)  # fmt: skip
-            if fast is not None:
-                return fast
         flops = bytes_ = 0.0
         for tokens, context in chunks:
             flops += 2 * m.num_params * tokens + attn * tokens * (context + tokens / 2)
@@ -88,11 +78,6 @@ class RooflineCostModel:
         weights, kv, overhead = m.weight_bytes, m.kv_bytes_per_token, self.step_overhead_s
         params, half = 2 * m.num_params * batch, batch / 2  # the same float operations as step_s
         last = context_sum + iterations * batch  # no int64 overflow below: float64 ops round as Python's
-        exact = NATIVE_TIMES and context_sum >= 0 and batch >= 0  # every context in [context_sum, top]
-        if exact and _times.doubles_exact(params, attn, kv, weights, last + batch):
-            return _times.decode_times(
-                params, attn, half, peak, kv, batch, weights, bandwidth, overhead, context_sum, iterations
-            )
         if iterations >= _VECTOR_FROM and kv * (last + batch) + weights < 2**62:
             context_np = context_sum + np.arange(iterations, dtype=np.int64) * batch
             compute_np = (params + attn * (context_np + half)) / peak

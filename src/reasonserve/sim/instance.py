@@ -5,8 +5,6 @@ so the same policy objects run on both."""
 
 from __future__ import annotations
 
-from typing import Final
-
 from reasonserve.core.errors import PolicyError
 from reasonserve.core.phase import Phase
 from reasonserve.core.policy import check_policy, policy_name, quiet_without_waiting
@@ -15,32 +13,16 @@ from reasonserve.policies.pacer import TokenPacer
 from reasonserve.policies.router import InstanceLoad
 from reasonserve.sim.config import SimConfig
 from reasonserve.sim.cost_model import RooflineCostModel
-from reasonserve.sim.pacing import released_from
 from reasonserve.sim.plan import SimPlan, check_plan
 from reasonserve.sim.profile import ProfileCostModel
-from reasonserve.sim.quiet import QuietRun, instance_load, start_quiet
+from reasonserve.sim.quiet import QuietRun, start_quiet
 from reasonserve.sim.run import StepRun
 from reasonserve.sim.sequence import SimSequence
 from reasonserve.sim.workload import SimRequest
 
 __all__ = ["SimInstance"]
 
-# Final: compiled, these are C statics (not a module-dict lookup per running request per view)
-_PREFILL: Final = Phase.PREFILL
-_REASONING: Final = Phase.REASONING
-_ANSWERING: Final = Phase.ANSWERING
-_VIEW: Final = RequestView
-_new_view: Final = tuple.__new__  # a RequestView from its 18 fields, without the keyword-handling constructor
-# a SchedulerView from its fields by their slot setters: its generated __init__ (a frozen
-# dataclass's object.__setattr__ per field) and __post_init__ (which checks only the
-# waiting queue's columns; this host passes none) cost 1.5 us more a view (2.4 -> 0.9 us with six
-# requests, compiled)
-_new_object: Final = object.__new__
-_SCHEDULER_FIELDS: Final = (
-    "now_s", "waiting", "running", "free_blocks", "block_size", "max_num_seqs", "total_blocks",
-    "max_num_batched_tokens", "step", "programs", "instance_id", "waiting_columns",
-)  # fmt: skip
-_SET_SCHEDULER: Final = tuple(getattr(SchedulerView, name).__set__ for name in _SCHEDULER_FIELDS)
+_PREFILL, _REASONING, _ANSWERING = Phase.PREFILL, Phase.REASONING, Phase.ANSWERING
 
 
 class SimInstance:
@@ -104,11 +86,11 @@ class SimInstance:
         else:
             need, quantum = -(-(s.num_computed if s.swapped else prompt + out) // size), 0
         times = s.answer_times
-        return _new_view(_VIEW, (
+        return RequestView(
             s.request_id, s.arrival_s, phase, prompt, s.num_computed, out, 0, s.num_blocks,
             need if need > 0 else 0, s.enqueued_s, quantum, reasoning + s.answer_tokens, s.program_id,
             s.prefix_hashes, False, s.swapped, len(times), self.paced_until(s) if times else None,
-        ))  # fmt: skip
+        )  # fmt: skip
 
     def _running_views(self) -> tuple[RequestView, ...]:
         """:meth:`request_view` of every running request, in one loop."""
@@ -118,12 +100,12 @@ class SimInstance:
             prompt, reasoning = s.prompt_tokens, s.reasoning_tokens
             need = -(-(prompt + out) // size) - held
             phase = _PREFILL if out == 0 else _REASONING if out < reasoning else _ANSWERING
-            views.append(_new_view(_VIEW, (
+            views.append(RequestView(
                 s.request_id, s.arrival_s, phase,
                 prompt, s.num_computed, out, 0, held, need if need > 0 else 0, s.enqueued_s, s.quantum_used,
                 reasoning + s.answer_tokens, s.program_id, s.prefix_hashes, False, s.swapped, len(times),
                 paced_until(s) if times else None,
-            )))  # fmt: skip
+            ))  # fmt: skip
         return tuple(views)
 
     def paced_until(self, s: SimSequence) -> float | None:
@@ -132,7 +114,7 @@ class SimInstance:
         TPOT)."""
         times = s.answer_times
         if len(times) > s.paced_tokens:
-            s.paced_s = released_from(times, s.paced_tokens, s.paced_s, self.pacer.tpot_s)  # compiled fold
+            s.paced_s = self.pacer.released_until(times[s.paced_tokens :], s.paced_s)
             s.paced_tokens = len(times)
         return s.paced_s
 
@@ -178,20 +160,10 @@ class SimInstance:
         c, waiting = self.config, self._waiting_tuple
         if waiting is None:
             waiting = self._waiting_tuple = tuple(map(self._waiting_view, self.waiting))
-        view, put = _new_object(SchedulerView), _SET_SCHEDULER
-        put[0](view, now_s)
-        put[1](view, waiting)
-        put[2](view, self._running_views())
-        put[3](view, self.free_blocks)
-        put[4](view, c.block_size)
-        put[5](view, c.max_num_seqs)
-        put[6](view, self.total_blocks)
-        put[7](view, c.max_num_batched_tokens)
-        put[8](view, self.steps)
-        put[9](view, ())
-        put[10](view, self.instance_id)
-        put[11](view, None)  # waiting_columns, the last field (tests/test_sim_view.py: every one is set)
-        return view
+        return SchedulerView(
+            now_s, waiting, self._running_views(), self.free_blocks, c.block_size, c.max_num_seqs,
+            self.total_blocks, c.max_num_batched_tokens, self.steps, instance_id=self.instance_id,
+        )  # fmt: skip
 
     def load(self, now_s: float, pacer: TokenPacer) -> InstanceLoad:
         """PASCAL's instance state (one pass over the live requests): ``t_i`` is False when
@@ -212,7 +184,7 @@ class SimInstance:
                 behind = pacer.starving(self.paced_until(s), now_s)  # type: ignore[arg-type]
         used = self.total_blocks - self.free_blocks
         footprint = used + self.host_blocks
-        return instance_load(self.instance_id, footprint, not behind, reasoning, fresh, self.free_blocks)
+        return InstanceLoad(self.instance_id, footprint, not behind, reasoning, fresh, self.free_blocks)
 
     def observed_load(self, now_s: float, inclusive: bool, pacer: TokenPacer) -> InstanceLoad:
         """:meth:`load` at an observation at ``now_s`` (see :meth:`settle`); a quiet stretch

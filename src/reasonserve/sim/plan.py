@@ -7,7 +7,6 @@ nothing is applied)."""
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
 
 from reasonserve.core.capacity import check_capacity
 from reasonserve.core.decisions import PREEMPT_MODES, Abort, Admit, Migrate, Order, Preempt, Stop, TokenBudget
@@ -18,8 +17,7 @@ __all__ = ["SimPlan", "check_plan"]
 
 
 class SimPlan:
-    """A step's checked decisions (a plain class: one is made per step, and a compiled
-    dataclass would still run the generated Python ``__init__``)."""
+    """A step's checked decisions."""
 
     __slots__ = ("admit", "budgets", "finish", "order", "preempt")
 
@@ -55,37 +53,35 @@ def check_plan(decisions: Iterable, inst, name: str) -> SimPlan:
         return seq
 
     for d in decisions:
-        # fields read untyped (the compiled module checks declared types): a hostile policy's
-        # field values get a PolicyError here, as with the sources, never a TypeError
-        raw: Any = d
-        if isinstance(d, (Admit, Preempt, Stop, Abort, TokenBudget)) and not isinstance(raw.request_id, str):
+        # a hostile policy's field values get a PolicyError here, never a TypeError
+        if isinstance(d, (Admit, Preempt, Stop, Abort, TokenBudget)) and not isinstance(d.request_id, str):
             raise bad(d, "has a request id that is not a str")
         if isinstance(d, Admit):
-            plan.admit.append(live(raw, "waiting"))
+            plan.admit.append(live(d, "waiting"))
         elif isinstance(d, Preempt):
-            live(raw, "running")
-            mode = raw.mode
+            live(d, "running")
+            mode = d.mode
             if not (mode is None or isinstance(mode, str)) or mode not in PREEMPT_MODES:
                 raise bad(d, f"has mode {mode!r}; allowed: {PREEMPT_MODES}")
-            plan.preempt[raw.request_id] = mode
+            plan.preempt[d.request_id] = mode
         elif isinstance(d, (Stop, Abort)):
-            seq = inst.by_id.get(raw.request_id)
-            if seq is None or plan.moved(raw.request_id):
+            seq = inst.by_id.get(d.request_id)
+            if seq is None or plan.moved(d.request_id):
                 raise bad(d, "names an unknown or already moved request")
-            plan.finish[raw.request_id] = "stop" if isinstance(d, Stop) else "abort"
+            plan.finish[d.request_id] = "stop" if isinstance(d, Stop) else "abort"
         elif isinstance(d, Order):
-            ids = raw.request_ids
+            ids = d.request_ids
             if not isinstance(ids, (tuple, list)) or not all(isinstance(r, str) for r in ids):
                 raise bad(d, "needs a tuple of request ids (str)")
             if plan.order or any(getattr(inst.by_id.get(r), "status", None) != "running" for r in ids):
                 raise bad(d, "is a second Order or orders a request that is not running")
             plan.order = tuple(dict.fromkeys(ids))
         elif isinstance(d, TokenBudget):
-            tokens = as_count(raw.tokens)
-            running = getattr(inst.by_id.get(raw.request_id), "status", None) == "running"
+            tokens = as_count(d.tokens)
+            running = getattr(inst.by_id.get(d.request_id), "status", None) == "running"
             if not running or tokens is None or tokens < 0:
                 raise bad(d, "names a request that is not running or has a budget that is not an int >= 0")
-            plan.budgets[raw.request_id] = tokens
+            plan.budgets[d.request_id] = tokens
         elif isinstance(d, Migrate):
             raise bad(d, "migration is not simulated yet")
         else:

@@ -21,37 +21,20 @@ from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
 from itertools import accumulate
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING
 
 from reasonserve.core.policy import QUIET_FOREVER, quiet_steps
 from reasonserve.core.views import SchedulerView
 from reasonserve.policies.pacer import TokenPacer
-from reasonserve.policies.router import LOAD_SETTERS, InstanceLoad
+from reasonserve.policies.router import InstanceLoad
 from reasonserve.sim.sequence import SimSequence
 
 if TYPE_CHECKING:
     from reasonserve.sim.instance import SimInstance
 
-__all__ = ["QuietRun", "instance_load", "start_quiet"]
+__all__ = ["QuietRun", "start_quiet"]
 
 Work = list[tuple[SimSequence, int]]
-_new_object: Final = object.__new__
-_SET_LOAD: Final = LOAD_SETTERS
-
-
-def instance_load(
-    instance_id: str, footprint: int, slo_ok: bool, reasoning: int, fresh: int, free: int
-) -> InstanceLoad:
-    """:meth:`InstanceLoad.unchecked`, compiled (the simulator builds one per instance at
-    every arrival and end of thinking): the load by its slot setters, without the checks."""
-    load, put = _new_object(InstanceLoad), _SET_LOAD
-    put[0](load, instance_id)
-    put[1](load, footprint)
-    put[2](load, slo_ok)
-    put[3](load, reasoning)
-    put[4](load, fresh)
-    put[5](load, free)
-    return load
 
 
 def start_quiet(inst: SimInstance, view: SchedulerView | None, work: Work, now_s: float) -> QuietRun | None:
@@ -239,7 +222,7 @@ class QuietRun:
         slo_ok = until is None or not now_s >= until + tpot  # not pacer.starving(until, now_s)
         footprint = inst.total_blocks - free + inst.host_blocks
         fresh = summary.fresh + len(summary.fresh_for) - bisect_right(summary.fresh_for, k)  # a_i then
-        return instance_load(inst.instance_id, footprint, slo_ok, summary.reasoning, fresh, free)
+        return InstanceLoad(inst.instance_id, footprint, slo_ok, summary.reasoning, fresh, free)
 
 
 class _LoadSummary:

@@ -1,5 +1,4 @@
-"""What :func:`reasonserve.sim.simulate` returns (outside the compiled set of
-:mod:`reasonserve.native`, so it pickles and copies as a plain dataclass)."""
+"""What :func:`reasonserve.sim.simulate` returns."""
 
 from __future__ import annotations
 

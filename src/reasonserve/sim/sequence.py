@@ -28,8 +28,8 @@ class SimSequence:
     num_preemptions: int = 0
     num_swaps: int = 0
     num_migrations: int = 0
-    # the request's id, arrival, program, prefix and token counts, copied: the compiled
-    # simulator modules read these as native attributes at every step (reasonserve.native)
+    # the request's id, arrival, program, prefix and token counts, copied: the simulator reads
+    # them at every step (one attribute lookup instead of two)
     request_id: str = field(init=False, repr=False, compare=False)
     arrival_s: float = field(init=False, repr=False, compare=False)
     program_id: str | None = field(init=False, repr=False, compare=False)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import heapq
 from collections.abc import Callable, Sequence
 from dataclasses import replace
-from typing import Any, Protocol
+from typing import Protocol
 
 from reasonserve.core.errors import InvalidArgumentError, PolicyError
 from reasonserve.core.phase import Phase
@@ -169,8 +169,8 @@ class _Loop:
 
     def program_events(self, finished: Sequence[SimSequence], now: float) -> None:
         """Queue the requests the programs issue at ``now``; stop the ones they cancel."""
-        host: Any = self.programs  # called untyped (its answer's declared type is checked here, not by mypyc)
-        answer = host.on_finished(finished, now)
+        assert self.programs is not None  # report_finished asks only with programs
+        answer = self.programs.on_finished(finished, now)
         if not (isinstance(answer, (tuple, list)) and len(answer) == 2):
             raise PolicyError(f"program host returned {answer!r}; expected (requests, stop ids)")
         spawned, stops = answer

@@ -55,8 +55,8 @@ class SimRequest:
 
     def __post_init__(self) -> None:
         """Checks the fields' types too, and stores them as the built-in types (a numpy
-        integer count becomes an int, an int arrival time a float): the compiled simulator
-        modules read them as such (:mod:`reasonserve.native`)."""
+        integer count becomes an int, an int arrival time a float): the simulator's
+        arithmetic then runs on plain ints and floats."""
         if not isinstance(self.request_id, str):
             raise InvalidArgumentError(f"request_id must be a str, got {type(self.request_id).__name__}")
         for name in ("prompt_tokens", "reasoning_tokens", "answer_tokens"):

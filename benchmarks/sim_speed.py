@@ -1,0 +1,92 @@
+"""Simulator throughput on the PASCAL setting, this tree against a baseline tree.
+
+``python benchmarks/sim_speed.py [--baseline SRC] [--requests 2000] [--runs 5] [--rate high]``:
+one ``simulate()`` of ``benchmarks/policies.py``'s PASCAL setting (8 instances, 32B model, a
+low / medium / high arrival rate) per child process; with ``--baseline`` (the ``src`` folder
+of another checkout, e.g. ``git archive <commit> src | tar -x -C /tmp/base``) the two trees
+are alternated run by run. Prints and writes the medians of the runs' CPU and wall seconds,
+simulated requests per minute of each, and a hash over every request's timeline, the
+placements and migrations (equal hashes: the two trees simulate the same run). Writes
+``benchmarks/results/sim_speed_<rate>_<requests>.json``. The issue's floor: >= 50,000
+simulated requests per wall minute at the high rate.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pathlib
+import statistics
+import subprocess
+import sys
+
+import _harness
+
+HERE = pathlib.Path(__file__).resolve().parent
+SRC = HERE.parent / "src"
+
+CHILD = """
+import hashlib, json, pathlib, sys, time
+sys.path.insert(0, {here!r})
+import policies as P
+from _policies_speed import _outcome
+from reasonserve.sim import load_lengths, poisson_workload, simulate
+table = load_lengths("servegen", pathlib.Path({data!r}), seed=0)
+reqs = poisson_workload(table, P.RATE_FRACTIONS[{rate!r}] * P._capacity_rps(table, P.CONFIG), {n}, seed=0)
+cpu, wall = time.process_time(), time.perf_counter()
+res = simulate(reqs, P.CONFIG, *P.SETUPS["pascal"])
+cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
+outcome = repr(_outcome(res))
+print(json.dumps({{"cpu_s": cpu, "wall_s": wall, "steps": res.steps,
+                  "hash": hashlib.sha256(outcome.encode()).hexdigest()}}))
+"""
+
+
+def _run(src: pathlib.Path, n: int, rate: str, data: pathlib.Path) -> dict:
+    env = {**os.environ, "PYTHONPATH": str(src)}
+    code = CHILD.format(here=str(HERE), data=str(data), n=n, rate=rate)
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def _summary(runs: list[dict], n: int) -> dict:
+    cpu, wall = statistics.median(r["cpu_s"] for r in runs), statistics.median(r["wall_s"] for r in runs)
+    return {"runs": len(runs), "cpu_s": cpu, "wall_s": wall, "steps": runs[0]["steps"],
+            "cpu_s_all": [r["cpu_s"] for r in runs], "wall_s_all": [r["wall_s"] for r in runs],
+            "requests_per_cpu_minute": n / cpu * 60, "requests_per_wall_minute": n / wall * 60}  # fmt: skip
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--baseline", type=pathlib.Path, help="the src folder of a baseline checkout")
+    parser.add_argument("--requests", type=int, default=2000)
+    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--rate", choices=("low", "medium", "high"), default="high")
+    parser.add_argument("--data", type=pathlib.Path, default=HERE.parent.parent / "shared" / "data")
+    args = parser.parse_args()
+    trees = {"this tree": SRC} | ({"baseline": args.baseline.resolve()} if args.baseline else {})
+    print(f"cpu: {_harness.machine('cpu')['cpu']}, load average {os.getloadavg()}", flush=True)
+    runs: dict[str, list[dict]] = {label: [] for label in trees}
+    for _ in range(args.runs):
+        for label, src in trees.items():
+            run = _run(src, args.requests, args.rate, args.data)
+            runs[label].append(run)
+            print(f"  {label}: CPU {run['cpu_s']:.3f} s, wall {run['wall_s']:.3f} s", flush=True)
+    out: dict = {"machine": _harness.machine("cpu"), "requests": args.requests, "rate": args.rate,
+                 "trees": {k: str(v) for k, v in trees.items()},
+                 "identical": len({r["hash"] for rs in runs.values() for r in rs}) == 1}  # fmt: skip
+    for label, rs in runs.items():
+        row = out[label] = _summary(rs, args.requests)
+        print(f"{label}: median CPU {row['cpu_s']:.3f} s, wall {row['wall_s']:.3f} s: "
+              f"{row['requests_per_cpu_minute']:,.0f} simulated requests per CPU minute, "
+              f"{row['requests_per_wall_minute']:,.0f} per wall minute", flush=True)  # fmt: skip
+    if args.baseline:
+        out["cpu_ratio"] = out["this tree"]["cpu_s"] / out["baseline"]["cpu_s"]
+        print(f"this tree over the baseline: x{out['cpu_ratio']:.3f} CPU; identical: {out['identical']}")
+    _harness.RESULTS.mkdir(parents=True, exist_ok=True)
+    (_harness.RESULTS / f"sim_speed_{args.rate}_{args.requests}.json").write_text(json.dumps(out, indent=1))
+
+
+if __name__ == "__main__":
+    main()
