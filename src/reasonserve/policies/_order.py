@@ -21,6 +21,7 @@ from reasonserve.core.views import RequestView, SchedulerView
 
 __all__ = [
     "BY_ID",
+    "SHORT",
     "argsort_lazily",
     "chunked",
     "column_order",
@@ -35,6 +36,7 @@ __all__ = [
 
 BY_ID = attrgetter("request_id")
 getter = field_getter  # a C-level getter of one RequestView field (by position)
+SHORT = 256  # below this many requests Python's sort beats numpy's passes
 
 
 def ordered(requests: Sequence[RequestView], field: str) -> list[RequestView]:
@@ -44,13 +46,13 @@ def ordered(requests: Sequence[RequestView], field: str) -> list[RequestView]:
     runs of equal keys ordered by id (:func:`order_tie_runs`), one without ties is put in
     order by a numpy argsort; other ties, NaNs and other types (a str anywhere, ints beyond
     int64, tuples) take the plain sort (:func:`ordered_plain`), which also raises where the
-    keys cannot be compared."""
+    keys cannot be compared. A list shorter than :data:`SHORT` takes the plain sort at once."""
     n = len(requests)
+    if n < SHORT:
+        return ordered_plain(requests, field)
     keys = np.array(list(map(getter(field), requests)))
     if keys.ndim != 1 or keys.dtype.kind not in "iuf":
         return ordered_plain(requests, field)
-    if n < 2:
-        return list(requests)
     rising = keys[1:] >= keys[:-1]  # NaN compares False: neither in-order branch with one
     if bool(rising.all()):
         equal = np.flatnonzero(keys[1:] == keys[:-1])

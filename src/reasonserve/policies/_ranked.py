@@ -24,7 +24,8 @@ from reasonserve.policies._order import BY_ID
 if TYPE_CHECKING:
     from reasonserve.policies._programs import Programs
 
-__all__ = ["Segment", "decide_programs", "decide_ranked", "decide_running_first", "decide_segments"]
+__all__ = ["Fill", "Segment", "all_fit", "decide_programs", "decide_ranked", "decide_running_first",
+           "decide_segments"]  # fmt: skip
 
 # one segment of a ranking: (running requests, waiting requests, the key both are sorted by)
 Segment = tuple[Sequence[RequestView], Iterable[RequestView], Callable[[RequestView], tuple]]
@@ -74,7 +75,7 @@ def decide_running_first(
     """:func:`decide_ranked` over ``running`` (every running request, best first) then
     ``waiting`` (read lazily). When every running request keeps its seat their order
     cannot change a decision: then waiting requests are admitted with what is left."""
-    fill = _Fill(view, mode)
+    fill = Fill(view, mode)
     if not _all_fit(fill, running):
         return decide_ranked(view, chain(running, waiting), mode)
     for r in waiting:
@@ -84,7 +85,7 @@ def decide_running_first(
     return fill.admits
 
 
-class _Fill:
+class Fill:
     """The running state of one ranked fill: blocks and seats left, decisions so far."""
 
     def __init__(self, view: SchedulerView, mode: str | None) -> None:
@@ -145,16 +146,16 @@ def decide_segments(
     (running, waiting, key) with both sorted by ``key`` and interleaved by it (waiting: any
     iterable, read lazily). Once admission is blocked the waiting iterables are not read
     again, so a long queue costs its sort (C-level) rather than a Python loop over it."""
-    fill = _Fill(view, mode)
+    fill = Fill(view, mode)
     fill_segments(fill, segments)
     return fill.preempts + fill.admits
 
 
-def fill_segments(fill: _Fill, segments: Iterable[Segment]) -> None:
+def fill_segments(fill: Fill, segments: Iterable[Segment]) -> None:
     """:func:`decide_segments`'s fill into ``fill`` (a host of several head-of-line blocks
     resets ``fill.blocked`` between calls). The running requests after the last waiting
     one read (admission blocked, or the waiting ones all read) are taken as a run
-    (:meth:`_Fill.running_run`)."""
+    (:meth:`Fill.running_run`)."""
     for running, waiting, key in segments:
         queued = iter(waiting)
         nxt = None if fill.blocked else next(queued, None)
@@ -178,7 +179,7 @@ def decide_programs(
     by id. Programs are visited only until admission is blocked; the running requests of
     the programs not visited are then seen in the same ranked order (or not at all when
     they all fit: then the order cannot change a decision)."""
-    fill, reqs, nrun = _Fill(view, mode), programs.requests, len(view.running)
+    fill, reqs, nrun = Fill(view, mode), programs.requests, len(view.running)
     grouped, starts = programs.members()
     visited = len(program_order)
     for pos, g in enumerate(program_order.tolist()):
@@ -204,7 +205,18 @@ def decide_programs(
     return fill.preempts + fill.admits
 
 
-def _all_fit(fill: _Fill, running: Sequence[RequestView]) -> bool:
+def all_fit(view: SchedulerView) -> bool:
+    """Whether every running request keeps its seat, in any order: they fit the seats and,
+    with no negative count, the blocks together (:meth:`Fill.running` for each, in turn)."""
+    running = view.running
+    if len(running) > view.max_num_seqs:
+        return False
+    held = [r.num_blocks for r in running]
+    needed = [r.blocks_needed for r in running]
+    return sum(needed) <= view.free_blocks and min(held + needed, default=0) >= 0
+
+
+def _all_fit(fill: Fill, running: Sequence[RequestView]) -> bool:
     """Whether every one of ``running`` keeps its seat, in any order (then take them)."""
     cost = sum(map(_NUM_BLOCKS, running)) + sum(map(_BLOCKS_NEEDED, running))
     if len(running) > fill.seats or cost > fill.budget:
