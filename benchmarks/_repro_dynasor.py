@@ -5,7 +5,7 @@ and App. F.3, and the recordings):
 
 * hardware and model: one A100-80G at 70% memory utilization (paper App. F.3, "tuned
   for stable performance with 70% memory utilization"); the paper's Llama-3.1-8B has no
-  preset in ``reasonserve.sim.model_spec``, so the closest one, ``qwen3-8b`` (8.19B
+  preset in ``reasonserve.cost.model_spec``, so the closest one, ``qwen3-8b`` (8.19B
   vs 8.03B parameters, 144 vs 128 KiB of KV per token), stands in. Engine defaults:
   256 sequences, 8192 batched tokens, 16-token blocks; recompute preemption (SGLang
   retracts requests).

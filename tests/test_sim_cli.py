@@ -34,7 +34,7 @@ def test_sim_cli_refuses_bad_options(tmp_path, capsys):
 
 
 def test_sim_cli_profile_cost_model(tmp_path, capsys):
-    from reasonserve.sim.profile import ProfileTable, save_profile
+    from reasonserve.cost.profile import ProfileTable, save_profile
 
     _write_fake_traces(tmp_path)
     save_profile(ProfileTable((), (0.01, 1e-5, 1e-4, 1e-7), "test"), tmp_path / "table.json")

@@ -18,7 +18,7 @@ from reasonserve.core.views import ProgramView, RequestView, SchedulerView
 from reasonserve.policies.app_fifo import AppFIFOPolicy
 from reasonserve.policies.dynasor import DynasorPolicy, DynasorState
 from reasonserve.policies.lpm import LPMPolicy
-from reasonserve.replay.sc import make_question
+from reasonserve.recordings import make_question
 from reasonserve.sim import SimConfig, SimRequest, simulate
 from reasonserve.sim.program_workload import (
     SCRecord,

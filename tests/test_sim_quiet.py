@@ -230,7 +230,7 @@ def test_a_transition_sees_the_virtual_steps_of_lower_instances_at_its_time(firs
 
 
 def _sc(pid, arrival, tokens):
-    from reasonserve.replay.sc import make_question
+    from reasonserve.recordings import make_question
     from reasonserve.sim.program_workload import difficulty, prefix_hashes
     from reasonserve.sim.programs import SCProgram
 
@@ -443,7 +443,7 @@ def test_closed_form_decode_timing_is_not_claimed_exact_for_a_fractional_kv():
 def test_quiet_stretches_change_no_result_with_a_fractional_kv(monkeypatch):
     """A model whose KV bytes per token is not an integer: its stretches are stepped per
     step (``decode_iterations_exact`` False), so exact == stepped bit for bit."""
-    from reasonserve.sim import model_spec
+    from reasonserve.cost import model_spec
 
     spec = dataclasses.replace(model_spec.MODELS["qwen2.5-7b"], name="odd-kv", num_params=1e6, **FRACTIONAL)
     monkeypatch.setitem(model_spec.MODELS, "odd-kv", spec)
@@ -485,7 +485,7 @@ def test_decode_iterations_take_numpy_from_64_iterations_below_int64_overflow_on
                                                                                    context):
     """numpy's branch from 64 iterations gives each iteration's own formula; where the KV
     bytes would overflow int64 the Python loop (exact ints) must give them instead."""
-    from reasonserve.sim import cost_model
+    from reasonserve.cost import roofline as cost_model
 
     cost = SimConfig(model="qwen2.5-7b").cost_model()
     taken, arange = [], np.arange

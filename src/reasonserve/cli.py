@@ -128,7 +128,8 @@ def _replay(args, out) -> int:
                 headline_label="cot development setting")  # fmt: skip
         probes.print_and_save(report, **save)
         return 0
-    from reasonserve.replay import sc, search_runs
+    from reasonserve.recordings import search as search_runs
+    from reasonserve.replay import sc
 
     tol = 0.0 if args.tolerance is None else args.tolerance
     headline = sc.headline_rule(args.setting)

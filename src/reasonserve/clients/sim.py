@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from reasonserve.clients.errors import UnsupportedError
 from reasonserve.clients.protocol import Capabilities, Chunk, GenerateRequest, GenerateResult, ProbeResult
 from reasonserve.core.errors import InvalidArgumentError
-from reasonserve.sim.cost_model import RooflineCostModel
+from reasonserve.cost.roofline import RooflineCostModel
 
 __all__ = ["SimClient"]
 

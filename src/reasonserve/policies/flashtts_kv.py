@@ -7,7 +7,7 @@ For ``N`` beams, verifier sequences of ``S`` tokens and a decode horizon of ``S_
     subject to B_pre * KV_ver(S) + B_dec * KV_gen(S_dec) <= M
 
 ``T_pre`` and ``T_dec`` are the simulator's roofline step times
-(:meth:`reasonserve.sim.cost_model.RooflineCostModel.step_s`), one cost model per model.
+(:meth:`reasonserve.cost.roofline.RooflineCostModel.step_s`), one cost model per model.
 The search is the paper's linear search over ``B_pre`` with ``B_dec`` on the memory
 boundary, ties to the larger ``B_dec``. Three exact shortcuts keep it fast: only the smallest
 batch with a given number of waves ``ceil(N / B)`` can be optimal (time per wave grows
@@ -38,7 +38,7 @@ re-prefills its share of the context (as the verifier's waves do).
 
 Offloading: each model gets all of ``M`` while it runs and the other's KV waits in host
 memory; each generation/verification switch moves both models' KV out and back in over
-the host link (:meth:`~reasonserve.sim.cost_model.RooflineCostModel.swap_s`). The faster
+the host link (:meth:`~reasonserve.cost.roofline.RooflineCostModel.swap_s`). The faster
 plan wins.
 """
 
@@ -49,7 +49,7 @@ import math
 from dataclasses import dataclass, replace
 
 from reasonserve.core.errors import InvalidArgumentError
-from reasonserve.sim.cost_model import RooflineCostModel
+from reasonserve.cost.roofline import RooflineCostModel
 
 __all__ = ["KVPlan", "PrefixCachedVerifier", "RooflineKVAllocator"]
 

@@ -30,7 +30,7 @@ from reasonserve.certainindex.equivalence import AnswerClasses, equivalent
 from reasonserve.certainindex.probe_consistency import ProbeConsistency
 from reasonserve.certainindex.stopping import ProbeObservation
 from reasonserve.core.errors import InvalidArgumentError
-from reasonserve.replay._jsonl import read_jsonl
+from reasonserve.recordings.jsonl import read_jsonl
 
 Grade = Callable[[str, str], bool]  # grade(answer, target), shaped like equivalent()
 

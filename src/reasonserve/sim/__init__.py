@@ -1,19 +1,21 @@
 """A seeded discrete-event simulator of N serving instances with a roofline cost model,
 running the same policy objects as the embedded engine."""
 
-from reasonserve.sim.config import SimConfig
-from reasonserve.sim.cost_model import RooflineCostModel
-from reasonserve.sim.hardware import HARDWARE, HardwareSpec
-from reasonserve.sim.metrics import percentile, request_metrics, summarize, tail_ttft_by_bin
-from reasonserve.sim.model_spec import MODELS, ModelSpec
-from reasonserve.sim.profile import (
+from reasonserve.cost import (  # the cost models the simulator times steps with
+    HARDWARE,
+    MODELS,
+    HardwareSpec,
+    ModelSpec,
     ProfileCostModel,
     ProfileRow,
     ProfileTable,
+    RooflineCostModel,
     fit_profile,
     load_profile,
     save_profile,
 )
+from reasonserve.sim.config import SimConfig
+from reasonserve.sim.metrics import percentile, request_metrics, summarize, tail_ttft_by_bin
 from reasonserve.sim.program_workload import load_sc_records, sc_program_workload
 from reasonserve.sim.programs import ProgramPlan, ProgramRuntime, SCProgram, WithPrograms
 from reasonserve.sim.result import SimResult

@@ -15,9 +15,9 @@ from collections import deque
 from dataclasses import dataclass
 
 from reasonserve.core.errors import InvalidArgumentError
+from reasonserve.cost.roofline import RooflineCostModel
 from reasonserve.sim.beam_cache import NodeCache
 from reasonserve.sim.beam_tree import Beam
-from reasonserve.sim.cost_model import RooflineCostModel
 
 __all__ = ["GenTask", "Generator", "Verifier", "VerifyTask"]
 

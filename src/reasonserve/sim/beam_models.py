@@ -25,9 +25,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from reasonserve.core.errors import InvalidArgumentError
-from reasonserve.sim.cost_model import RooflineCostModel
-from reasonserve.sim.hardware import HARDWARE, HardwareSpec
-from reasonserve.sim.model_spec import ModelSpec
+from reasonserve.cost.hardware import HARDWARE, HardwareSpec
+from reasonserve.cost.model_spec import ModelSpec
+from reasonserve.cost.roofline import RooflineCostModel
 
 __all__ = ["BEAM_MODELS", "BEAM_SETTINGS", "BeamSetting"]
 

@@ -5,7 +5,7 @@ Each iteration every active beam extends by one recorded step of variable length
 (:mod:`reasonserve.sim.beam_workload`), the verifier scores the steps, and the top beams
 are kept and duplicated (:mod:`reasonserve.sim.beam_tree`); selection reads only the
 recorded scores, so no serving choice changes which beams are selected. Step times come
-from the roofline cost model (:class:`~reasonserve.sim.cost_model.RooflineCostModel`).
+from the roofline cost model (:class:`~reasonserve.cost.roofline.RooflineCostModel`).
 
 The baseline is vLLM-like: no speculation, FCFS order with a kept beam's copies enqueued
 copy by copy (parents interleaved), a static KV split between the two models

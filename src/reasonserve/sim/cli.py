@@ -10,13 +10,13 @@ from collections.abc import Callable
 from typing import TextIO
 
 from reasonserve.core.errors import InvalidArgumentError
+from reasonserve.cost.hardware import HARDWARE
+from reasonserve.cost.model_spec import MODELS
+from reasonserve.cost.profile import load_profile
 from reasonserve.policies.router import LeastKVRouter, PascalRouter, Router
 from reasonserve.sim.config import SimConfig
-from reasonserve.sim.hardware import HARDWARE
 from reasonserve.sim.metrics import summarize
-from reasonserve.sim.model_spec import MODELS
 from reasonserve.sim.plots import write_png
-from reasonserve.sim.profile import load_profile
 from reasonserve.sim.program_cli import add_program_args, run_programs
 from reasonserve.sim.servegen_arrivals import retimed
 from reasonserve.sim.simulator import simulate

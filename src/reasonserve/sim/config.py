@@ -5,10 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from reasonserve.core.errors import InvalidArgumentError
-from reasonserve.sim.cost_model import RooflineCostModel
-from reasonserve.sim.hardware import HARDWARE
-from reasonserve.sim.model_spec import MODELS
-from reasonserve.sim.profile import ProfileCostModel, ProfileTable
+from reasonserve.cost.hardware import HARDWARE
+from reasonserve.cost.model_spec import MODELS
+from reasonserve.cost.profile import ProfileCostModel, ProfileTable
+from reasonserve.cost.roofline import RooflineCostModel
 
 __all__ = ["SimConfig"]
 
@@ -26,7 +26,7 @@ class SimConfig:
     ``decode_steps_per_event`` > 1 lets a decode-only batch run that many iterations per
     policy decision (faster; the approximation is described in :mod:`reasonserve.sim.run`).
     ``profile``: time steps with a table fitted from measured engine steps
-    (:mod:`reasonserve.sim.profile`) instead of the roofline model.
+    (:mod:`reasonserve.cost.profile`) instead of the roofline model.
     ``skip_quiet_steps`` (with ``decode_steps_per_event=1``): run the decode steps a policy
     declares decision-free (its ``quiet_steps``) as one event, with identical results
     (:mod:`reasonserve.sim.quiet`); False steps the event loop once per engine step.

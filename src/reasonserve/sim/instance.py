@@ -9,12 +9,12 @@ from reasonserve.core.errors import PolicyError
 from reasonserve.core.phase import Phase
 from reasonserve.core.policy import check_policy, policy_name, quiet_without_waiting
 from reasonserve.core.views import RequestView, SchedulerView
+from reasonserve.cost.profile import ProfileCostModel
+from reasonserve.cost.roofline import RooflineCostModel
 from reasonserve.policies.pacer import TokenPacer
 from reasonserve.policies.router import InstanceLoad
 from reasonserve.sim.config import SimConfig
-from reasonserve.sim.cost_model import RooflineCostModel
 from reasonserve.sim.plan import SimPlan, check_plan
-from reasonserve.sim.profile import ProfileCostModel
 from reasonserve.sim.quiet import QuietRun, start_quiet
 from reasonserve.sim.run import StepRun
 from reasonserve.sim.sequence import SimSequence

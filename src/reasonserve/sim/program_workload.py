@@ -2,7 +2,7 @@
 (``sc_samples/*.jsonl``, read at run time, never copied into the repository).
 
 Answers are grouped and graded by the SC replay's loader
-(:func:`reasonserve.replay.sc.load_samples`: answer equivalence against ``gt``), so
+(:func:`reasonserve.recordings.load_samples`: answer equivalence against ``gt``), so
 the simulator's certainindex sees the same answer classes as the replay. Lengths:
 the recorded ``tokens`` where the file has them; otherwise (the Qwen2.5-Math file)
 ``ceil(4/3 x whitespace words)`` of each response (the common 0.75 words-per-token rule;
@@ -21,9 +21,7 @@ import zlib
 from dataclasses import dataclass
 
 from reasonserve.core.errors import InvalidArgumentError
-from reasonserve.replay._jsonl import read_jsonl
-from reasonserve.replay.sc import SCQuestion, load_samples
-from reasonserve.replay.search_runs import load_mcts, load_prm_beams
+from reasonserve.recordings import SCQuestion, load_mcts, load_prm_beams, load_samples, read_jsonl
 from reasonserve.sim.programs import SCProgram
 
 __all__ = ["SCRecord", "difficulty", "load_sc_records", "load_search_records", "prefix_hashes",
@@ -77,7 +75,7 @@ def load_sc_records(path: str | pathlib.Path) -> list[SCRecord]:
 
 def load_search_records(kind: str, path: str | pathlib.Path) -> list[SCRecord]:
     """Search recordings as programs of independent samples, graded by the replay's loaders
-    (:mod:`reasonserve.replay.search_runs`, rewards included): ``"prm"`` — each beam of a
+    (:mod:`reasonserve.recordings.search`, rewards included): ``"prm"`` — each beam of a
     ``prm_beams`` file is a sample, its length its completion's words; ``"mcts"`` — each
     rollout of an rStar folder is a sample, its length the words of every node's text but
     the question (shared tree prefixes are counted once per rollout: an upper bound)."""

@@ -43,7 +43,7 @@ from reasonserve.certainindex.semantic_entropy import SemanticEntropy
 from reasonserve.core.errors import InvalidArgumentError
 from reasonserve.core.policy import check_policy, policy_name
 from reasonserve.core.views import ProgramView, SchedulerView
-from reasonserve.replay.sc import SCQuestion
+from reasonserve.recordings.sc import SCQuestion
 from reasonserve.sim.sequence import SimSequence
 from reasonserve.sim.workload import SimRequest
 

@@ -1,4 +1,4 @@
-"""Loaders that turn search recordings into per-question sample streams for replay.
+"""Loaders that turn search recordings into per-question sample streams.
 
 * PRM beam search (``prm_beams/*.jsonl``): each question's beams are samples; a beam's
   answer is the last ``\\boxed{}`` of its completion, its reward the aggregate of its
@@ -8,7 +8,7 @@
   reward the final node's value. Rollouts that end without an answer count as empty.
 
 Both replay with the self-consistency rules of :mod:`reasonserve.replay.sc` (cost =
-beams or rollouts drawn).
+beams or rollouts drawn) and drive the simulator's program workloads.
 """
 
 from __future__ import annotations
@@ -18,11 +18,10 @@ import math
 import pathlib
 import re
 
-from reasonserve.certainindex.answers import extract_answer
-from reasonserve.certainindex.reward import RewardCertainty
+from reasonserve.certainindex import RewardCertainty, extract_answer
 from reasonserve.core.errors import InvalidArgumentError
-from reasonserve.replay._jsonl import read_jsonl
-from reasonserve.replay.sc import SCQuestion, make_question
+from reasonserve.recordings.jsonl import read_jsonl
+from reasonserve.recordings.sc import SCQuestion, make_question
 
 __all__ = ["load_mcts", "load_prm_beams"]
 

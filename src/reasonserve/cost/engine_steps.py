@@ -1,4 +1,4 @@
-"""Measure the embedded engine's step times as :class:`~reasonserve.sim.profile.ProfileRow`
+"""Measure the embedded engine's step times as :class:`~reasonserve.cost.profile.ProfileRow`
 rows (the input of the simulator's profile-table cost mode).
 
 Each ``Engine.step()`` is timed with ``clock``; its features come from the engine's
@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from reasonserve.sim.profile import ProfileRow
+from reasonserve.cost.profile import ProfileRow
 
 __all__ = ["measure_engine_steps"]
 

@@ -22,8 +22,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from reasonserve.core.errors import InvalidArgumentError
-from reasonserve.sim.hardware import HardwareSpec
-from reasonserve.sim.model_spec import ModelSpec
+from reasonserve.cost.hardware import HardwareSpec
+from reasonserve.cost.model_spec import ModelSpec
 
 __all__ = ["RooflineCostModel"]
 

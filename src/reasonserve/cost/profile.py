@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from reasonserve.core.errors import InvalidArgumentError
-from reasonserve.sim.cost_model import RooflineCostModel
+from reasonserve.cost.roofline import RooflineCostModel
 
 __all__ = ["FORMAT", "MIN_STEP_S", "ProfileCostModel", "ProfileRow", "ProfileTable", "fit_profile",
            "load_profile", "save_profile"]  # fmt: skip
