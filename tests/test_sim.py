@@ -240,7 +240,7 @@ def test_hostile_decision_fields_are_policy_errors(make, match):
      ({"kv_capacity_tokens": 96, "block_size": 16}, r"needs \d+ KV blocks in all with the running requests' growth; 6 are free")],
 )  # fmt: skip
 def test_plans_over_the_capacity_are_policy_errors(config, match):
-    """The shared capacity rule (core/capacity.py, compiled with the simulator) refuses a
+    """The shared capacity rule (core/hosting.py, every host checks it) refuses a
     plan that admits past the seats or the blocks, with the rule's own message."""
     from reasonserve.core import PolicyError
     from reasonserve.policies import FCFSPolicy

@@ -1,11 +1,12 @@
 """One simulated serving instance: queues, KV blocks, a policy object's decisions, and the
-cost of each step. It mirrors the embedded engine's scheduler contract (views, all-or-
-none validation, preemption modes, token hand-out in the policy's order, decodes first)
-so the same policy objects run on both."""
+cost of each step. It follows the host contract the embedded engine follows too
+(:mod:`reasonserve.core.hosting`: all-or-none validation, token hand-out in the policy's
+order, decodes first, the liveness preemption), so the same policy objects run on both."""
 
 from __future__ import annotations
 
 from reasonserve.core.errors import PolicyError
+from reasonserve.core.hosting import Plan, check_decisions, hand_out_live
 from reasonserve.core.phase import Phase
 from reasonserve.core.policy import check_policy, policy_name, quiet_without_waiting
 from reasonserve.core.views import RequestView, SchedulerView
@@ -14,7 +15,6 @@ from reasonserve.cost.roofline import RooflineCostModel
 from reasonserve.policies.pacer import TokenPacer
 from reasonserve.policies.router import InstanceLoad
 from reasonserve.sim.config import SimConfig
-from reasonserve.sim.plan import SimPlan, check_plan
 from reasonserve.sim.quiet import QuietRun, start_quiet
 from reasonserve.sim.run import StepRun
 from reasonserve.sim.sequence import SimSequence
@@ -23,6 +23,11 @@ from reasonserve.sim.workload import SimRequest
 __all__ = ["SimInstance"]
 
 _PREFILL, _REASONING, _ANSWERING = Phase.PREFILL, Phase.REASONING, Phase.ANSWERING
+
+
+def _pending(s: SimSequence) -> int:
+    """Tokens ``s`` has left to compute (its prompt and the tokens sampled so far)."""
+    return s.prompt_tokens + s.num_output - s.num_computed
 
 
 class SimInstance:
@@ -65,6 +70,22 @@ class SimInstance:
     def blocks_for(self, tokens: int) -> int:
         return -(-tokens // self.config.block_size)
 
+    # what the host contract reads (reasonserve.core.hosting.Host) ----------------------
+    @property
+    def max_num_seqs(self) -> int:
+        return self.config.max_num_seqs
+
+    def lookup(self, request_id: str) -> SimSequence | None:
+        return self.by_id.get(request_id)
+
+    def released(self, leaving: list[SimSequence]) -> int:
+        return sum(s.num_blocks for s in leaving)
+
+    def growth(self, s: SimSequence) -> int:
+        """More blocks running ``s`` needs for all its pending tokens."""
+        more = -(-(s.prompt_tokens + s.num_output) // self.block_size) - s.num_blocks
+        return more if more > 0 else 0
+
     def add(self, req: SimRequest, now_s: float) -> None:
         seq = SimSequence(req, now_s)
         self.waiting.append(seq)
@@ -78,35 +99,17 @@ class SimInstance:
     # views -----------------------------------------------------------------------------
     def request_view(self, s: SimSequence) -> RequestView:
         """``s`` (waiting or running) as the policy sees it."""
-        out, size = s.num_output, self.block_size
-        reasoning, prompt = s.reasoning_tokens, s.prompt_tokens
+        out, prompt, reasoning, times = s.num_output, s.prompt_tokens, s.reasoning_tokens, s.answer_times
         phase = _PREFILL if out == 0 else _REASONING if out < reasoning else _ANSWERING
         if s.status == "running":
-            need, quantum = -(-(prompt + out) // size) - s.num_blocks, s.quantum_used
+            need, quantum = -(-(prompt + out) // self.block_size) - s.num_blocks, s.quantum_used
         else:
-            need, quantum = -(-(s.num_computed if s.swapped else prompt + out) // size), 0
-        times = s.answer_times
+            need, quantum = -(-(s.num_computed if s.swapped else prompt + out) // self.block_size), 0
         return RequestView(
             s.request_id, s.arrival_s, phase, prompt, s.num_computed, out, 0, s.num_blocks,
             need if need > 0 else 0, s.enqueued_s, quantum, reasoning + s.answer_tokens, s.program_id,
             s.prefix_hashes, False, s.swapped, len(times), self.paced_until(s) if times else None,
         )  # fmt: skip
-
-    def _running_views(self) -> tuple[RequestView, ...]:
-        """:meth:`request_view` of every running request, in one loop."""
-        size, paced_until, views = self.block_size, self.paced_until, []
-        for s in self.running:
-            out, times, held = s.num_output, s.answer_times, s.num_blocks
-            prompt, reasoning = s.prompt_tokens, s.reasoning_tokens
-            need = -(-(prompt + out) // size) - held
-            phase = _PREFILL if out == 0 else _REASONING if out < reasoning else _ANSWERING
-            views.append(RequestView(
-                s.request_id, s.arrival_s, phase,
-                prompt, s.num_computed, out, 0, held, need if need > 0 else 0, s.enqueued_s, s.quantum_used,
-                reasoning + s.answer_tokens, s.program_id, s.prefix_hashes, False, s.swapped, len(times),
-                paced_until(s) if times else None,
-            ))  # fmt: skip
-        return tuple(views)
 
     def paced_until(self, s: SimSequence) -> float | None:
         """When the pacer has released ``s``'s answer tokens so far, carried forward on ``s``
@@ -160,9 +163,10 @@ class SimInstance:
         c, waiting = self.config, self._waiting_tuple
         if waiting is None:
             waiting = self._waiting_tuple = tuple(map(self._waiting_view, self.waiting))
+        running = tuple(map(self.request_view, self.running))
         return SchedulerView(
-            now_s, waiting, self._running_views(), self.free_blocks, c.block_size, c.max_num_seqs,
-            self.total_blocks, c.max_num_batched_tokens, self.steps, instance_id=self.instance_id,
+            now_s, waiting, running, self.free_blocks, c.block_size, c.max_num_seqs, self.total_blocks,
+            c.max_num_batched_tokens, self.steps, instance_id=self.instance_id,
         )  # fmt: skip
 
     def load(self, now_s: float, pacer: TokenPacer) -> InstanceLoad:
@@ -213,22 +217,25 @@ class SimInstance:
         """Finish the run in progress, then decide, apply and start the next run; returns
         when the next step is due (None when nothing ran and nothing costs time)."""
         self.finish_run(now_s)
+        view: SchedulerView | None = None
         if self._idle_quiet and not self.waiting and self._batch_fits():
-            view, plan = None, SimPlan()  # the policy declared it decides nothing here
+            plan: Plan[SimSequence] = Plan()  # the policy declared it decides nothing here
         else:
             view = self.view(now_s)
-            plan = check_plan(self.policy.decide(view), self, self.policy_name)
+            plan = check_decisions(self.policy.decide(view), self, self.policy_name)
         extra_s = self._apply(plan, now_s)
         self.steps += 1
-        work = self._hand_out(plan)
-        quiet = start_quiet(self, view, work, now_s) if work and plan.empty else None
+        liveness: list[SimSequence] = []
+        work = hand_out_live(
+            plan, self.running, lookup=self.by_id.get, pending=_pending, grow=self._grow,
+            max_num_batched_tokens=self.config.max_num_batched_tokens,
+            preempt=lambda s: liveness.append(s) or self._preempt(s, self.config.preemption, now_s),
+        )  # fmt: skip
+        quiet = start_quiet(self, view, work, now_s) if work and plan.empty and not liveness else None
         if quiet is not None:
             self.run = quiet
             self.steps += len(quiet.times) - 1
             return quiet.end_s
-        if not work and self.running and not plan.preempt:  # liveness, as in the engine
-            self._preempt(self.running[-1], self.config.preemption, now_s)
-            work = self._hand_out(plan)
         if not work:
             return now_s + extra_s if extra_s > 0 else None
         self.run = self._start_run(work, now_s + extra_s)
@@ -310,10 +317,10 @@ class SimInstance:
         run.ends = run.ends[:upto]
         return end
 
-    def _apply(self, plan: SimPlan, now_s: float) -> float:
+    def _apply(self, plan: Plan[SimSequence], now_s: float) -> float:
         extra_s = 0.0
-        for rid, reason in plan.finish.items():
-            self._finish(self.by_id[rid], reason, now_s)
+        for rid, (kind, _) in plan.finish.items():
+            self._finish(self.by_id[rid], kind, now_s)
         for rid, mode in plan.preempt.items():
             extra_s += self._preempt(self.by_id[rid], mode or self.config.preemption, now_s)
         for seq in plan.admit:
@@ -350,37 +357,15 @@ class SimInstance:
         self._waiting_changed()
         return cost
 
-    def _hand_out(self, plan: SimPlan) -> list[tuple[SimSequence, int]]:
-        """Tokens for this step: the ordered requests first, then decodes, then prefills
-        (each in queue order), while the batch's token budget and the free blocks last."""
-        first, rest = [], self.running
-        if plan.order:
-            first = [self.by_id[rid] for rid in plan.order if self.by_id[rid].status == "running"]
-            named = set(plan.order)
-            rest = [s for s in self.running if s.request_id not in named]
-        queue = [(s, s.prompt_tokens + s.num_output - s.num_computed) for s in first]
-        tail = [(s, s.prompt_tokens + s.num_output - s.num_computed) for s in rest]
-        decodes = [x for x in tail if x[1] <= 1]
-        queue += tail if len(decodes) == len(tail) else decodes + [x for x in tail if x[1] > 1]
-        size, free, budgets = self.config.block_size, self.free_blocks, plan.budgets
-        budget, out = self.config.max_num_batched_tokens, []
-        for s, left in queue:
-            n = left if left < budget else budget  # min(left, budget, its own budget)
-            if budgets:
-                own = budgets.get(s.request_id, budget)
-                n = n if n < own else own
-            if n < 1:
-                continue
-            grow = -(-(s.num_computed + n) // size) - s.num_blocks
-            if grow > free:
-                continue
-            if grow > 0:
-                free -= grow
-                s.num_blocks += grow
-            out.append((s, n))
-            budget -= n
-        self.free_blocks = free
-        return out
+    def _grow(self, s: SimSequence, n: int) -> bool:
+        """The blocks for ``n`` more tokens of ``s``; False, nothing taken, when not free."""
+        grow = -(-(s.num_computed + n) // self.block_size) - s.num_blocks
+        if grow > self.free_blocks:
+            return False
+        if grow > 0:
+            self.free_blocks -= grow
+            s.num_blocks += grow
+        return True
 
     def _complete(self, run: StepRun | QuietRun, upto: int) -> None:
         """Apply iterations ``run.applied`` .. ``upto - 1`` of ``run``."""

@@ -5,23 +5,13 @@ seeded Poisson process. Lengths come from a :class:`LengthTable` (real traces, s
 from __future__ import annotations
 
 import math
-import operator
 import random
 from dataclasses import dataclass
 
 from reasonserve.core.errors import InvalidArgumentError
+from reasonserve.core.hosting import as_count
 
-__all__ = ["LengthTable", "SimRequest", "as_count", "poisson_workload"]
-
-
-def as_count(value: object) -> int | None:
-    """``value`` as an int (any integer type, numpy's too), or None: a bool, a float, a string."""
-    if isinstance(value, bool):
-        return None
-    try:
-        return operator.index(value)  # type: ignore[arg-type]
-    except TypeError:
-        return None
+__all__ = ["LengthTable", "SimRequest", "poisson_workload"]
 
 
 def _count(request_id: str, name: str, value: object) -> int:
