@@ -22,6 +22,8 @@ from reasonserve.core.views import RequestView
 
 __all__ = ["InstanceLoad", "LeastKVRouter", "PascalRouter", "Router"]
 
+_COUNTS = ("kv_blocks_footprint", "num_reasoning", "num_fresh_answering", "free_kv_blocks")
+
 
 @dataclass(frozen=True, slots=True)
 class InstanceLoad:
@@ -36,8 +38,8 @@ class InstanceLoad:
         if not isinstance(self.instance_id, str):
             kind = type(self.instance_id).__name__
             raise InvalidTypeError(f"InstanceLoad.instance_id must be a str, got {kind}")
-        for name in ("kv_blocks_footprint", "num_reasoning", "num_fresh_answering", "free_kv_blocks"):
-            value = getattr(self, name)
+        counts = (self.kv_blocks_footprint, self.num_reasoning, self.num_fresh_answering, self.free_kv_blocks)
+        for name, value in zip(_COUNTS, counts, strict=True):
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:
                 raise InvalidArgumentError(f"InstanceLoad.{name} must be an int >= 0, got {value!r}")
 

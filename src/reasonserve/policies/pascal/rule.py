@@ -27,6 +27,7 @@ from reasonserve.core.views import RequestView
 __all__ = ["HIGH", "LOW", "in_low_queue", "place"]
 
 HIGH, LOW = 0, 1
+_ANSWERING = Phase.ANSWERING
 B = TypeVar("B", bool, np.ndarray)
 
 
@@ -42,7 +43,7 @@ def place(r: RequestView, demote_threshold_tokens: int) -> tuple[int, int]:
     since admission, and a request that entered the low queue since then counts from there:
     its answer tokens, or its tokens past the threshold (a prompt already past it was in the
     low queue from its admission)."""
-    answering = r.phase is Phase.ANSWERING
+    answering = r.phase is _ANSWERING
     tokens = r.num_prompt_tokens + r.num_output_tokens
     used = r.quantum_used
     if not in_low_queue(answering, tokens, demote_threshold_tokens):
