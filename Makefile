@@ -11,7 +11,7 @@ PYTEST_ARGS ?=
 NATIVE_SRC := setup.py $(wildcard src/reasonserve/_csrc/*)
 EDITABLE := --no-build-isolation -e
 
-.PHONY: demo test test-adapters lint typecheck docs bench clean
+.PHONY: demo test test-fast test-adapters lint typecheck docs bench clean
 
 $(VENV)/.torch:
 	$(PYTHON) -m venv $(VENV)
@@ -35,6 +35,10 @@ demo: $(VENV)/.base
 
 test: $(VENV)/.dev
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+# While iterating: the suite without the tests marked slow (make test and CI run them all).
+test-fast: $(VENV)/.dev
+	$(PY) -m pytest -m "not slow" $(PYTEST_ARGS)
 
 # Contract tests against the real vLLM 0.33 / SGLang 0.5.23 in light CPU environments
 # (.venv-vllm, .venv-sglang: CPU torch + the engine with --no-deps + a frozen list; built

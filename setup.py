@@ -1,9 +1,10 @@
-"""Builds the fixed-order CPU kernels (``reasonserve._C``) when it can.
+"""Builds the fixed-order CPU kernels (``reasonserve._C``) at install.
 
-The extension is optional: without torch at build time (an isolated build), without a
-C++ compiler, or when the build fails, the package still installs, and
-``reasonserve.ops`` builds the same sources on first use or falls back to the exact
-pure-torch path with a one-line warning (``docs/determinism.md``).
+Build against the torch you run: ``pip install --no-build-isolation .`` (an isolated
+build has no torch). Without torch at build time, without a C++ compiler, or when the
+build fails, the package still installs, and ``reasonserve.ops`` runs the kernels'
+torch transcription: the same bits, much slower, with a one-line warning
+(``docs/determinism.md``). Nothing is compiled at run time.
 """
 
 import os
@@ -27,7 +28,8 @@ def _native():
     try:
         from torch.utils.cpp_extension import BuildExtension, CppExtension
     except ImportError:
-        print("reasonserve: torch is not importable at build time; native kernels are built on first use")
+        print("reasonserve: torch is not importable at build time (an isolated build?): native kernels not "
+              "built; ops run their slow torch transcription. Build them: pip install --no-build-isolation .")
         return [], {}
 
     class OptionalBuild(BuildExtension):
@@ -35,7 +37,7 @@ def _native():
             try:
                 super().run()
             except Exception as err:  # no compiler, or a compile error: install anyway
-                print(f"reasonserve: native kernels not built ({err}); ops use the fallback")
+                print(f"reasonserve: native kernels not built ({err}); ops run their torch transcription")
                 self.extensions = []
 
     ext = CppExtension(

@@ -17,6 +17,8 @@ from dataclasses import asdict, dataclass
 
 import torch
 
+from reasonserve.progress import track
+
 RESULTS = pathlib.Path(__file__).resolve().parent / "results"
 
 
@@ -40,11 +42,13 @@ def _sync(device: str) -> None:
         torch.cuda.synchronize()
 
 
-def median_s(fn: Callable[[], object], *, repeats: int = 30, device: str = "cpu") -> float:
-    """Median seconds of ``fn`` after one warm-up call."""
+def median_s(
+    fn: Callable[[], object], *, repeats: int = 30, device: str = "cpu", label: str = "timing"
+) -> float:
+    """Median seconds of ``fn`` after one warm-up call (a progress bar on a terminal)."""
     fn()
     times = []
-    for _ in range(repeats):
+    for _ in track(range(repeats), label, unit="repeats"):
         _sync(device)
         start = time.perf_counter()
         fn()
@@ -60,13 +64,15 @@ def compare(
     device: str,
     repeats: int = 7,
     warmup: int = 2,
+    label: str = "timing",
 ) -> tuple[float, float]:
-    """Median seconds of ``baseline`` and ``candidate``, measured alternately."""
+    """Median seconds of ``baseline`` and ``candidate``, measured alternately (a progress
+    bar on a terminal)."""
     for _ in range(warmup):
         baseline()
         candidate()
     times: dict[str, list[float]] = {"b": [], "c": []}
-    for _ in range(repeats):
+    for _ in track(range(repeats), label, unit="alternated repeats"):
         for key, fn in (("b", baseline), ("c", candidate)):
             _sync(device)
             start = time.perf_counter()

@@ -23,8 +23,8 @@ import torch
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
 from _harness import RESULTS, machine, median_s
 from reasonserve.certainindex import ProbeConsistency, SemanticEntropy, compare_answers
-from reasonserve.certainindex.answers import _normalize_cached
-from reasonserve.certainindex.equivalence import _parsed
+from reasonserve.certainindex.answers.equivalence import _parsed
+from reasonserve.certainindex.answers.extract import _normalize_cached
 
 TYPICAL = [(r"\frac{1}{2}", "0.5"), ("3", "3"), ("p-q", "p - q"), (r"2\sqrt{3}", r"\sqrt{12}"),
            ("(3,4)", "(3, 4)"), ("x^2+1", "1+x^2"), ("12", "13"), (r"\pi", "3.14159")]  # fmt: skip

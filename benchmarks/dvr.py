@@ -24,6 +24,7 @@ import time
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
 from _harness import RESULTS, machine
 from reasonserve.engine import Engine, EngineConfig, SamplingParams, make_tiny_checkpoint
+from reasonserve.progress import track
 
 FRACTIONS = (0.0, 0.02, 0.05, 0.10, 0.20, 0.50, 1.0)
 
@@ -65,7 +66,7 @@ def main() -> None:
     )  # fmt: skip
     base_cfg = dict(block_size=16, num_blocks=1024, max_num_seqs=args.requests, max_num_batched_tokens=1024)
     rows = []
-    for fraction in FRACTIONS:
+    for fraction in track(FRACTIONS, "dvr deterministic share", unit="fractions"):
         prompts, params = workload(args.requests, args.tokens, fraction)
         rows.append({"mode": "dvr", "deterministic_pct": 100 * fraction,
                      **run(path, EngineConfig(**base_cfg), prompts, params)})  # fmt: skip
@@ -76,7 +77,7 @@ def main() -> None:
     for r in rows:
         r["ratio_to_nondeterministic"] = r["tokens_per_s"] / base
     sweep = []
-    for window, group in ((4, 8), (8, 4), (16, 2), (32, 1), (8, 1)):
+    for window, group in track(((4, 8), (8, 4), (16, 2), (32, 1), (8, 1)), "dvr window x group"):
         cfg = EngineConfig(**base_cfg, dvr_window=window, dvr_group_size=group)
         sweep.append({"window": window, "group": group, **run(path, cfg, prompts, params)})
     print(f"{'mode':<16} {'det %':>6} {'tok/s':>9} {'ratio':>6} {'verify':>7} {'rollbk':>7} {'recomp %':>9}")

@@ -38,6 +38,7 @@ import torch
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
 from _harness import RESULTS, machine
 from reasonserve.engine import DecoderModel, Engine, EngineConfig, SamplingParams, make_tiny_checkpoint
+from reasonserve.progress import track
 
 PROMPT, NEW = 64, 64
 
@@ -100,7 +101,7 @@ def run_hf(hf, batch_prompts) -> float:
 def throughput(model, hf, batches, repeats) -> list[dict]:
     rows = []
     greedy = SamplingParams(max_tokens=NEW, temperature=0.0, ignore_eos=True)
-    for batch in batches:
+    for batch in track(batches, "engine throughput", unit="batch sizes"):
         ps = prompts(batch)
         runs = {
             "transformers": lambda: run_hf(hf, ps),

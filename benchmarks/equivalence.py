@@ -34,9 +34,10 @@ import time
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
 from _harness import RESULTS, machine
 from reasonserve.certainindex import Verdict, compare_answers, extract_probe_answer
-from reasonserve.certainindex._values import parsed
-from reasonserve.certainindex.answers import _normalize_cached
-from reasonserve.certainindex.grading import ReferenceGrader, reference_grader_available
+from reasonserve.certainindex.answers._values import parsed
+from reasonserve.certainindex.answers.extract import _normalize_cached
+from reasonserve.certainindex.answers.grading import ReferenceGrader, reference_grader_available
+from reasonserve.progress import track
 
 csv.field_size_limit(1 << 24)
 
@@ -96,7 +97,7 @@ def speed(pairs: list[tuple[str, str]], runs: int = 5) -> dict:
     includes the scheduler's time slices given to other processes (milliseconds);
     its CPU time does not.
     """
-    passes = [_one_pass(pairs) for _ in range(runs)]
+    passes = [_one_pass(pairs) for _ in track(range(runs), "equivalence speed", unit="passes")]
     return {
         "pairs": len(pairs),
         "runs": runs,
@@ -159,7 +160,7 @@ def agreement(pairs: collections.Counter, timeout_s: float = 5.0) -> dict:
     groups: dict = collections.defaultdict(lambda: {"pairs": 0, "rows": 0, "examples": []})
     rows_total, rows_differ, timeouts = sum(pairs.values()), 0, 0
     with ReferenceGrader(timeout_s=timeout_s) as reference:
-        for (answer, target), rows in pairs.items():
+        for (answer, target), rows in track(list(pairs.items()), "math-verify agreement", unit="pairs"):
             theirs = reference.grade(target, answer)
             if theirs is None:
                 timeouts += 1

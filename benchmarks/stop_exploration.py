@@ -22,9 +22,9 @@ import time
 
 import numpy as np
 
-from reasonserve.certainindex.stop_features import FEATURE_NAMES
-from reasonserve.certainindex.stop_learned import fit_logistic
 from reasonserve.certainindex.stopping import default_rule
+from reasonserve.certainindex.stopping.features import FEATURE_NAMES
+from reasonserve.certainindex.stopping.learned import fit_logistic
 from reasonserve.replay.probe_runs import load_run
 from reasonserve.replay.stop_training import (
     DELTA,

@@ -108,3 +108,63 @@ def bmm_case(dtype, s: int, k: int, n: int, device="cpu"):
         return list(ops.matmul(a, b).unbind(0))
 
     return run, make
+
+
+class PagedLayout:
+    """Packs sequences ``(q [nq, Hq, D], k [L, Hkv, D], v [L, Hkv, D])`` into a paged cache.
+
+    Every call places the blocks at fresh random block numbers (block renumbering), fills
+    unused cache slots and spare blocks with NaN, and fills table entries past each
+    sequence's blocks with out-of-range junk: none of it may change a result.
+    """
+
+    def __init__(self, block_size: int, seed: int, device="cpu"):
+        self.block_size, self.device = block_size, device
+        self.rng = torch.Generator().manual_seed(seed)
+
+    def pack(self, items):
+        bs, dev = self.block_size, self.device
+        counts = [-(-it[1].shape[0] // bs) for it in items]
+        total = sum(counts) + 3
+        ids = torch.randperm(total, generator=self.rng)
+        hkv, d = items[0][1].shape[1:]
+        kc = torch.full((total, hkv, bs, d), float("nan"), dtype=items[0][1].dtype)
+        vc = kc.clone()
+        width = max(counts) + 2
+        tables = torch.randint(-(10**6), 10**6, (len(items), width), generator=self.rng)
+        start = 0
+        for i, ((_, k, v), n) in enumerate(zip(items, counts, strict=True)):
+            tables[i, :n] = ids[start : start + n]
+            for j in range(n):
+                part = slice(j * bs, min((j + 1) * bs, k.shape[0]))
+                kc[ids[start + j], :, : part.stop - part.start] = k[part].transpose(0, 1).cpu()
+                vc[ids[start + j], :, : part.stop - part.start] = v[part].transpose(0, 1).cpu()
+            start += n
+        lens = torch.tensor([it[1].shape[0] for it in items])
+        qlens = torch.tensor([it[0].shape[0] for it in items])
+        q = torch.cat([it[0].cpu() for it in items])
+        return [t.to(dev) for t in (q, kc, vc, tables.to(torch.int32), lens, qlens)]
+
+    @staticmethod
+    def unpack(out, items):
+        return list(out.split([it[0].shape[0] for it in items]))
+
+
+def paged_case(op, dtype, hq: int, hkv: int, d: int, block_size: int, rng, device="cpu", max_keys=40):
+    """Items are sequences ``(q [nq, Hq, D], k [L, Hkv, D], v)`` with ``1 <= nq <= L``;
+    ``op(q, k_cache, v_cache, tables, seq_lens, query_lens)`` runs them packed."""
+    layout = PagedLayout(block_size, int(torch.randint(0, 2**31, (1,), generator=rng)), device)
+
+    def make(g):
+        length = int(torch.randint(1, max_keys + 1, (1,), generator=g))
+        nq = int(torch.randint(1, min(length, 6) + 1, (1,), generator=g))
+        return (
+            _randn(g, nq, hq, d, dtype=dtype, device=device),
+            _randn(g, length, hkv, d, dtype=dtype, device=device),
+            _randn(g, length, hkv, d, dtype=dtype, device=device),
+        )
+
+    def run(items):
+        return layout.unpack(op(*layout.pack(items)), items)
+
+    return run, make

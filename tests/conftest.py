@@ -2,6 +2,13 @@
 
 import os
 
+# One intra-op thread per test process (before torch is imported, so server subprocesses
+# inherit it): the suite's tensors are tiny, and on 2 cores pytest runs beside server
+# subprocesses, where OpenMP's spinning threads oversubscribe the cores (a sample of the
+# engine and ops tests: 3x the wall time with 2 threads on a loaded 2-core box). Tests of
+# thread counts set their own (tests/test_native_kernels.py). Override with OMP_NUM_THREADS.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
 import torch
 from hypothesis import HealthCheck, settings
 

@@ -35,12 +35,18 @@ def test_crlf_cut_between_chunks_does_not_end_the_event():
     assert asyncio.run(_collect([b"data: x\r", b"\n", b"\n"])) == ["x"]  # the second \n ends the event
 
 
+# 3 MB in 30,000 chunks: a linear parse takes about 0.1 s; rescanning the whole buffer
+# per chunk compares ~45 G bytes (minutes). The budget is 50x the linear cost.
+LINEAR_PARSE_BUDGET_S = 5.0
+
+
 def test_a_line_trickled_in_small_chunks_costs_linear_time():
     parts = [b"data: "] + [b"a" * 100] * 30_000 + [b"\n\n"]  # 3 MB in 100-byte chunks
     start = time.perf_counter()
     (event,) = asyncio.run(_collect(parts))
     assert len(event) == 3_000_000
-    assert time.perf_counter() - start < 5.0  # rescanning the whole buffer per chunk takes minutes
+    took = time.perf_counter() - start
+    assert took < LINEAR_PARSE_BUDGET_S, f"{took:.1f} s: the parser rescans its buffer"
 
 
 def test_keep_alives_without_events_time_out():
@@ -127,11 +133,9 @@ def test_a_trickled_reply_body_is_cut_off_at_the_timeout():
                               timeout_s=0.3) as c:  # fmt: skip
             await c.generate(GenerateRequest("hi"))
 
-    start = time.perf_counter()
     with pytest.raises(RequestTimeoutError, match="no reply within the timeout"):
         asyncio.run(asyncio.wait_for(go(), 30.0))  # without the deadline: 200 s of trickle
-    assert time.perf_counter() - start < 5.0
-    assert body.sent < 1_000
+    assert body.sent < 1_000  # cut off long before the body's 10,000 bytes (20 ms each)
 
 
 @pytest.mark.parametrize(

@@ -7,6 +7,7 @@ import asyncio
 
 import pytest
 
+from _waits import until
 from reasonserve.clients import GenerateRequest
 from reasonserve.clients.embedded import EmbeddedClient
 from reasonserve.core.errors import InvalidArgumentError
@@ -68,13 +69,11 @@ def test_abort_and_cancel_reach_the_engine(engine):
             if len(got) == 3:
                 await c.abort("emb-1")
         task = asyncio.ensure_future(c.generate(GenerateRequest("Cancel: ", max_tokens=1500)))
-        while not engine.running:
-            await asyncio.sleep(0.005)
+        await until(lambda: engine.running, "the request to run")
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
-        while engine.has_unfinished():
-            await asyncio.sleep(0.005)
+        await until(lambda: not engine.has_unfinished(), "the engine to finish its requests")
         return before, got
 
     before, got = run(go())

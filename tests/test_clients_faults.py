@@ -11,6 +11,7 @@ import json
 
 import pytest
 
+from _waits import until
 from reasonserve.clients import (
     GenerateRequest,
     HostError,
@@ -180,8 +181,7 @@ def test_sglang_cancel_calls_abort_request():
         async with scripted(None, _response(200, b"{}")) as (url, seen):
             async with HTTPClient(url, SGLangShim()) as c:
                 task = asyncio.ensure_future(c.generate(REQ))
-                while not seen:
-                    await asyncio.sleep(0.005)
+                await until(lambda: seen, "the request to reach the server")
                 task.cancel()
                 with pytest.raises(asyncio.CancelledError):
                     await task

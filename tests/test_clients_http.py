@@ -9,6 +9,7 @@ import asyncio
 import pytest
 
 from _live_server import live_server, tiny_engine, wait_until
+from _waits import until
 from reasonserve.clients import GenerateRequest, OpenAIShim
 from reasonserve.clients.http import HTTPClient
 from reasonserve.core.views import SchedulerView
@@ -112,10 +113,7 @@ def test_cancelling_generate_aborts_on_the_server(live):
         async with HTTPClient(live.url, OpenAIShim()) as c:
             before = live.runner.snapshot.num_aborted
             task = asyncio.ensure_future(c.generate(GenerateRequest("Cancel: ", max_tokens=1700, seed=2)))
-            for _ in range(500):
-                if live.runner.snapshot.num_running:
-                    break
-                await asyncio.sleep(0.01)
+            await until(lambda: live.runner.snapshot.num_running, "the request to run")
             task.cancel()
             with pytest.raises(asyncio.CancelledError):
                 await task
@@ -147,13 +145,11 @@ def test_priority_direction_reaches_the_engine(tmp_path):
                 order.append(name)
 
             blocker = asyncio.ensure_future(one("blocker", 0, 300))
-            while not runner.snapshot.num_running:
-                await asyncio.sleep(0.005)
-            low = asyncio.ensure_future(one("low", -5, 4))  # arrives first
-            await asyncio.sleep(0.05)
+            await until(lambda: runner.snapshot.num_running, "the blocker to run")
+            low = asyncio.ensure_future(one("low", -5, 4))
+            await until(lambda: runner.snapshot.num_waiting >= 1 or blocker.done(), "low to queue first")
             high = asyncio.ensure_future(one("high", 5, 4))
-            while runner.snapshot.num_waiting < 2 and not blocker.done():
-                await asyncio.sleep(0.005)
+            await until(lambda: runner.snapshot.num_waiting >= 2 or blocker.done(), "high to queue")
             waited = runner.snapshot.num_waiting
             await asyncio.gather(blocker, low, high)
             return order, waited

@@ -8,8 +8,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from reasonserve.certainindex import AnswerClasses, Verdict, compare_answers, equivalent, group_answers
-from reasonserve.certainindex import _mathexpr as mx
-from reasonserve.certainindex._numeric import Huge, exact
+from reasonserve.certainindex.answers import _mathexpr as mx
+from reasonserve.certainindex.answers._numeric import Huge, exact
+from reasonserve.core.errors import InvalidArgumentError
 
 EQUAL = [
     (r"\frac{1}{2}", "0.5"), ("1/2", r"\dfrac12"), (r"(3,\frac{\pi}{2})", r"\left( 3, \frac{\pi}{2} \right)"),
@@ -92,9 +93,12 @@ def test_bare_lists_match_in_any_order_and_long_ones_stay_bounded():
     assert equivalent(",".join(items), ",".join(shuffled))
     assert not equivalent(",".join(items), ",".join([*shuffled[:-1], "x"]))
     assert not equivalent(",".join(items), "(" + ",".join(shuffled) + ")")  # a tuple is ordered
-    # under the 1,000-character cap, but ~16k pairwise value checks: bounded by the deadline
+    # under the 1,000-character cap, ~32k possible pairwise value checks: the exact values
+    # settle it in linear time, and the pair-check cap and the work budget bound the rest
     numbers, sums = [str(i) for i in range(180)], [f"{i}+0" for i in reversed(range(180))]
-    assert compare_answers(",".join(numbers), ",".join(sums)) in (Verdict.EQUAL, Verdict.UNKNOWN)
+    assert compare_answers(",".join(numbers), ",".join(sums)) is Verdict.EQUAL
+    symbolic, respelled = [f"x^{i}+{i}" for i in range(2, 62)], [f"{i}+x^{i}" for i in reversed(range(2, 62))]
+    assert compare_answers(",".join(symbolic), ",".join(respelled)) is Verdict.UNKNOWN  # ~1,800 pair checks
 
 
 def test_huge_values_are_unknown_never_equal():
@@ -113,24 +117,37 @@ def test_integers_and_rationals_compare_exactly():
     assert equivalent(r"\frac{1}{3}+\frac{1}{6}", "0.5") and not equivalent(r"\frac{1}{3}", r"\frac{333333}{1000000}")
 
 
-def test_deadline_turns_into_unknown():
-    assert compare_answers("x^2+2x+1", "(x+1)^2", time_limit_s=1e-12) is Verdict.UNKNOWN
-    with pytest.raises(ValueError, match="time_limit_s"):
-        compare_answers("1", "1", time_limit_s=0)
+def test_a_spent_work_budget_is_unknown_at_the_same_step_every_time():
+    """The verdict is a function of counted steps: one step fewer than a comparison needs
+    is UNKNOWN, on any machine, and the count does not change between runs."""
+    pair = ("x^2+2x+1", "(x+1)^2")
+    needed = [next(s for s in range(1, 500) if compare_answers(*pair, max_steps=s) is Verdict.EQUAL)
+              for _ in range(3)]  # fmt: skip
+    assert needed[0] == needed[1] == needed[2] > 1
+    assert compare_answers(*pair, max_steps=needed[0] - 1) is Verdict.UNKNOWN
+    assert compare_answers(*pair, max_steps=1) is Verdict.UNKNOWN
+    for bad in (0, -5, 1.5, True, "100"):
+        with pytest.raises(InvalidArgumentError, match="max_steps"):
+            compare_answers("1", "1", max_steps=bad)
+    with pytest.raises(InvalidArgumentError, match="max_steps"):
+        AnswerClasses(max_steps=0)
 
 
-def test_verdicts_do_not_depend_on_wall_time(monkeypatch):
-    """A thread descheduled on a loaded machine loses wall time, not CPU time: with a
-    wall clock that jumps a second per read, every verdict is still the unloaded one
-    (the deadline counts the comparing thread's CPU time). Fresh answers: parses are memoized."""
+def test_verdicts_read_no_clock(monkeypatch):
+    """Every clock raises: comparisons still run and give their verdicts (the budget is
+    counted work, so a slow or loaded machine cannot turn EQUAL into UNKNOWN). Fresh
+    answers, so no memoized parse hides the work."""
     import time as time_module
 
-    wall = iter(range(10**6))
-    monkeypatch.setattr(time_module, "monotonic", lambda: float(next(wall)))
-    assert compare_answers("x^2+4x+4", "(x+2)^2") is Verdict.EQUAL
-    assert compare_answers(r"\{1,2,7\}", r"\{7,1,2\}") is Verdict.EQUAL
-    assert compare_answers("3y+1", "1+3y") is Verdict.EQUAL
-    assert compare_answers("x^2+4x+5", "(x+2)^2") is Verdict.DIFFERENT
+    def no_clock():
+        raise AssertionError("the equivalence cascade read a clock")
+
+    for name in ("thread_time", "process_time", "monotonic", "perf_counter", "time"):
+        monkeypatch.setattr(time_module, name, no_clock)
+    assert compare_answers("x^2+4x+4+0q", "(x+2)^2+0q") is Verdict.EQUAL
+    assert compare_answers(r"\{1,2,7,11\}", r"\{7,11,1,2\}") is Verdict.EQUAL
+    assert compare_answers("3y+1 < 4", "1+3y < 4") is Verdict.EQUAL
+    assert compare_answers("x^2+4x+6", "(x+2)^2") is Verdict.DIFFERENT
 
 
 def test_parser_limits():

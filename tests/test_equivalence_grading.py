@@ -4,7 +4,7 @@ import threading
 
 import pytest
 
-from reasonserve.certainindex.grading import ReferenceGrader, reference_grader_available
+from reasonserve.certainindex.answers.grading import ReferenceGrader, reference_grader_available
 from reasonserve.core.errors import InvalidArgumentError
 
 pytestmark = pytest.mark.skipif(not reference_grader_available(), reason="needs the [grading] extra")
@@ -31,15 +31,17 @@ def test_reference_grader_works_off_the_main_thread(grader):
     assert out == [True]  # Math-Verify's own SIGALRM timeout would fail off the main thread
 
 
-def test_timeout_kills_the_worker_and_the_next_pair_gets_a_fresh_one():
-    with ReferenceGrader(timeout_s=10) as g:
-        assert g.grade("1", "1") is True  # warm: the worker has imported sympy
-        g.timeout_s = 1e-4
+def test_timeout_kills_the_worker_and_the_next_pair_gets_a_fresh_one(grader):
+    assert grader.grade("1", "1") is True  # warm: the worker has imported sympy
+    before = grader.num_timeouts
+    grader.timeout_s = 1e-4
+    try:
         heavy = "+".join(f"x^{{{i}}}" for i in range(60))
-        assert g.grade(heavy, heavy[::-1]) is None
-        assert g.num_timeouts == 1
-        g.timeout_s = 10
-        assert g.grade("2", "2") is True
+        assert grader.grade(heavy, heavy[::-1]) is None
+        assert grader.num_timeouts == before + 1
+    finally:
+        grader.timeout_s = 10
+    assert grader.grade("2", "2") is True
 
 
 def test_bad_timeout_is_rejected():
@@ -47,7 +49,7 @@ def test_bad_timeout_is_rejected():
         ReferenceGrader(timeout_s=0)
 
 
-def test_replay_loader_grades_with_the_given_grader(tmp_path):
+def test_replay_loader_grades_with_the_given_grader(tmp_path, grader):
     import csv
     import gzip
     import json
@@ -65,8 +67,7 @@ def test_replay_loader_grades_with_the_given_grader(tmp_path):
     (folder / "labels.jsonl").write_text(json.dumps(label) + "\n")
     (default,) = load_run(folder)
     assert default.class_correct == (True, False) and not default.final_correct
-    with ReferenceGrader(timeout_s=10) as reference:
-        (graded,) = load_run(folder, grade=reference)
+    (graded,) = load_run(folder, grade=grader)
     assert graded.class_correct == (True, False) and not graded.final_correct
     (lenient,) = load_run(folder, grade=lambda answer, target: True)  # the hook is what grades
     assert lenient.class_correct == (True, True) and lenient.final_correct

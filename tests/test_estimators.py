@@ -15,11 +15,12 @@ from reasonserve.certainindex import (
     SemanticEntropy,
     TVStability,
     entropy_certainty,
+    group_answers,
     length_certainty,
     logprob_certainty,
     tv_probe_bound,
 )
-from reasonserve.core import InvalidArgumentError
+from reasonserve.core import InvalidArgumentError, InvalidTypeError
 
 IDS = st.lists(st.integers(-1, 3), min_size=0, max_size=40)
 
@@ -118,6 +119,19 @@ def test_entropy_rejects_bad_counts_and_ids():
         entropy_certainty(torch.tensor([[-1.0, 2.0]]))
     with pytest.raises(InvalidArgumentError):
         SemanticEntropy().from_ids(torch.tensor([[0, 5]]))
+
+
+def test_semantic_entropy_of_answer_strings_is_a_typed_error_that_says_how():
+    se = SemanticEntropy()
+    with pytest.raises(InvalidTypeError, match=r"group_answers") as caught:
+        se.score(["42", "42", "41"])
+    assert not isinstance(caught.value, ValueError)  # was a bare ValueError from int("42")
+    for bad in (1.5, None, True):
+        with pytest.raises(InvalidTypeError, match="class ids must be integers"):
+            se.score([0, bad])
+    with pytest.raises(InvalidArgumentError, match=">= -1"):
+        se.score([0, -2])
+    assert se.score(group_answers(["42", "42.0", "41"])) == se.score([0, 0, 1]) == pytest.approx(1 - math.log(3 / 2 ** (2 / 3)) / math.log(3))
 
 
 def test_tv_stability():

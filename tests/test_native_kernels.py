@@ -1,8 +1,8 @@
 """The fixed-order native CPU kernels: slot invariance, identical bits across
-instruction sets and thread counts, parity with the reference, bad input, fallback."""
+instruction sets and thread counts, parity with the reference, bad input (the fallback
+without the extension: tests/test_native_fallback.py)."""
 
 import math
-import warnings
 
 import pytest
 import torch
@@ -208,22 +208,6 @@ def test_fake_kernels_let_tracers_see_shapes():
                           test_utils=("test_schema", "test_faketensor"))  # fmt: skip
     torch.library.opcheck(torch.ops.reasonserve.softmax, (torch.randn(3, 8), True, 0),
                           test_utils=("test_schema", "test_faketensor"))  # fmt: skip
-
-
-def test_without_the_extension_the_exact_torch_path_is_invariant_and_warns(monkeypatch):
-    monkeypatch.setattr(_native, "available", lambda: False)
-    monkeypatch.setitem(_native._STATE, "warned", False)
-    gen = torch.Generator().manual_seed(9)
-    x, w = torch.randn(9, 40, generator=gen), torch.randn(11, 40, generator=gen)
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        batched = ops.linear(x, w)
-        ops.linear(x, w)
-    assert sum("much slower" in str(c.message) for c in caught) == 1
-    for i in range(9):
-        assert_bitwise_equal(batched[i : i + 1], ops.linear(x[i : i + 1], w), f"row {i}")
-    with pytest.raises(ImplementationUnavailableError):
-        ops.linear(x, w, impl="native")
 
 
 def test_the_sweep_passes_here_and_catches_a_batch_dependent_op(monkeypatch):

@@ -10,6 +10,7 @@ import time
 import pytest
 
 from _live_server import live_server, tiny_engine, wait_until
+from _waits import until
 from reasonserve.certainindex.allocation import EvenPolicy
 from reasonserve.certainindex.stopping import AgreeSpanRule, StopDecision
 from reasonserve.clients import HostRejectedError, OpenAIShim
@@ -155,8 +156,7 @@ def test_cancelling_a_program_aborts_everything_it_started(live):
 
     async def go(client):
         task = asyncio.ensure_future(cot.run(client, "Long question <think>", trace=trace))
-        while not live.runner.snapshot.num_running:
-            await asyncio.sleep(0.01)
+        await until(lambda: live.runner.snapshot.num_running, "the chunk to run")
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
@@ -227,13 +227,11 @@ def test_cancelling_self_consistency_aborts_its_samples_on_the_embedded_engine(e
     async def go():
         before = embedded.num_aborted
         task = asyncio.ensure_future(sc.run(EmbeddedClient(embedded), "Q ", trace=trace))
-        while len(embedded.running) < 3:
-            await asyncio.sleep(0.005)
+        await until(lambda: len(embedded.running) >= 3, "the 3 samples to run")
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
-        while embedded.has_unfinished():
-            await asyncio.sleep(0.005)
+        await until(lambda: not embedded.has_unfinished(), "the aborted samples to leave")
         return before
 
     before = run(go())

@@ -59,11 +59,13 @@ class FailingProbeHost:
         self.ids: list[str] = []
         self.aborted: list[str] = []
         self.cancelled: list[str] = []
+        self.second_chunk = asyncio.Event()
 
     async def generate(self, req):
         self.ids.append(req.request_id)
         if len(self.ids) == 1:
             return GenerateResult(req.request_id, "one two", None, "length")
+        self.second_chunk.set()
         try:
             await asyncio.Event().wait()
         except asyncio.CancelledError:
@@ -71,7 +73,7 @@ class FailingProbeHost:
             raise
 
     async def probe(self, prefix, suffix, max_tokens, *, request_id=None):
-        await asyncio.sleep(0.01)  # chunk 2 has started
+        await self.second_chunk.wait()  # the probe fails while chunk 2 runs
         raise HostRejectedError("probe too long", status=400)
 
     async def abort(self, request_id):

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from reasonserve.certainindex.equivalence import AnswerClasses
+from reasonserve.certainindex.answers.equivalence import AnswerClasses
 from reasonserve.core.errors import InvalidArgumentError
 from reasonserve.programs import MCTS, BeamSearchPRM, CoTWithProbe, Rebase, SelfConsistency, StepConfig
 from reasonserve.programs._search import Node, weighted_vote

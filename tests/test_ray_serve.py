@@ -12,7 +12,6 @@ import time
 import pytest
 
 pytest.importorskip("ray.serve", reason="needs the ray extra: pip install 'reasonserve[ray]'")
-
 import httpx
 import ray
 from ray import serve
@@ -29,6 +28,8 @@ from reasonserve.adapters.ray_serve import (
 from reasonserve.engine import Engine, EngineConfig, SamplingParams, make_tiny_checkpoint
 from reasonserve.policies.router import PascalRouter
 from reasonserve.serve.config import ServeConfig
+
+pytestmark = pytest.mark.slow  # a local Ray cluster and Serve app: ~25 s to start on 2 cores
 
 BLOCK = 4
 APP = "rs_test"

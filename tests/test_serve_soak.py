@@ -46,6 +46,7 @@ def _client_loop(url: str, seed: int, stop_at: float, statuses: list) -> None:
                             break  # disconnect mid-stream
 
 
+@pytest.mark.slow  # 3 s of traffic from a server process, then the return to baseline
 def test_soak_returns_to_baseline(tmp_path):
     engine = tiny_engine(tmp_path, EngineConfig(block_size=4, num_blocks=128))  # small: preemption happens
     with live_server(engine) as live:

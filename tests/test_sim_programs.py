@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from reasonserve.certainindex.allocation import ProgramStatus, ThresholdPolicy
-from reasonserve.certainindex.semantic_entropy import SemanticEntropy
+from reasonserve.certainindex.estimators.semantic_entropy import SemanticEntropy
 from reasonserve.core.errors import InvalidArgumentError, PolicyError
 from reasonserve.core.phase import Phase
 from reasonserve.core.views import ProgramView, RequestView, SchedulerView
@@ -265,7 +265,7 @@ def test_program_metrics_deadline_is_scale_times_difficulty_times_base():
 
 
 def test_reward_certainindex_and_sequential_rounds():
-    from reasonserve.certainindex.reward import RewardCertainty
+    from reasonserve.certainindex.estimators.reward import RewardCertainty
 
     def prog(pid, rewards):
         q = make_question(pid, ["1"] * 4, rewards, "1")

@@ -73,7 +73,7 @@ def test_agree_span_rule_validates():
 
 
 def _trajectory(answers, texts, positions, interval=0):
-    from reasonserve.certainindex.equivalence import AnswerClasses
+    from reasonserve.certainindex.answers.equivalence import AnswerClasses
 
     classes = AnswerClasses()
     raw = [classes.add(a) for a in answers]

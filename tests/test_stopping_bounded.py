@@ -7,10 +7,10 @@ latest), so a state never does more than that many equivalence checks per probe.
 
 import pytest
 
-from reasonserve.certainindex import equivalence
-from reasonserve.certainindex.equivalence import AnswerClasses
-from reasonserve.certainindex.stop_features import FeatureState
+from reasonserve.certainindex.answers import equivalence
+from reasonserve.certainindex.answers.equivalence import AnswerClasses
 from reasonserve.certainindex.stopping import MAX_COMPARED, AgreeSpanRule, ProbeObservation, default_rule
+from reasonserve.certainindex.stopping.features import FeatureState
 from reasonserve.core import InvalidArgumentError
 
 

@@ -4,8 +4,8 @@ import math
 
 import pytest
 
-from reasonserve.certainindex.stop_features import FEATURE_NAMES, FeatureState, text_features
 from reasonserve.certainindex.stopping import ProbeObservation
+from reasonserve.certainindex.stopping.features import FEATURE_NAMES, FeatureState, text_features
 from reasonserve.core.errors import InvalidArgumentError
 
 

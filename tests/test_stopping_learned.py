@@ -7,6 +7,7 @@ import random
 import numpy as np
 import pytest
 
+from reasonserve.certainindex.answers.equivalence import AnswerClasses
 from reasonserve.certainindex.conformal import (
     MAX_N,
     ThresholdRisk,
@@ -14,10 +15,9 @@ from reasonserve.certainindex.conformal import (
     clopper_pearson_lower,
     clopper_pearson_upper,
 )
-from reasonserve.certainindex.equivalence import AnswerClasses
-from reasonserve.certainindex.stop_features import FEATURE_GROUPS, FEATURE_NAMES
-from reasonserve.certainindex.stop_learned import LogisticStopRule, fit_logistic
 from reasonserve.certainindex.stopping import AgreeSpanRule, ProbeObservation, default_rule
+from reasonserve.certainindex.stopping.features import FEATURE_GROUPS, FEATURE_NAMES
+from reasonserve.certainindex.stopping.learned import LogisticStopRule, fit_logistic
 from reasonserve.core import InvalidArgumentError
 from reasonserve.replay import stop_training
 from reasonserve.replay.probe_rules import online_first_stop

@@ -15,8 +15,8 @@ import random
 import numpy as np
 import pytest
 
-from reasonserve.certainindex.stop_features import FEATURE_NAMES
 from reasonserve.certainindex.stopping import ProbeObservation
+from reasonserve.certainindex.stopping.features import FEATURE_NAMES
 from reasonserve.core import InvalidArgumentError
 from reasonserve.replay import stop_training
 from reasonserve.replay.probe_rules import evaluate, online_first_stop

@@ -20,9 +20,9 @@ from dataclasses import replace
 import pytest
 
 from reasonserve.certainindex.answers import extract_probe_answer
-from reasonserve.certainindex.stop_features import FEATURE_NAMES
-from reasonserve.certainindex.stop_learned import LogisticStopRule
 from reasonserve.certainindex.stopping import default_rule
+from reasonserve.certainindex.stopping.features import FEATURE_NAMES
+from reasonserve.certainindex.stopping.learned import LogisticStopRule
 from reasonserve.programs import CoTWithProbe
 from reasonserve.replay.cot import trace_trajectory
 from reasonserve.replay.probe_rules import online_first_stop

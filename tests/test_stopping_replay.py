@@ -2,7 +2,9 @@
 
 import csv
 import gzip
+import io
 import json
+import sys
 
 import pytest
 
@@ -19,10 +21,17 @@ def _runs(tmp_path):
     return sorted((tmp_path / "probes").iterdir())
 
 
-def test_replay_reports_the_early_exit_section(tmp_path, capsys):
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_replay_reports_the_early_exit_section(tmp_path, capsys, monkeypatch):
     _runs(tmp_path)
     out = tmp_path / "r.json"
+    monkeypatch.setattr(sys, "stderr", _Terminal())
     assert main(["replay", "probes", "--data", str(tmp_path), "--json", str(out), "--png", str(tmp_path / "p.png")]) == 0
+    assert "[" + "#" * 30 + "] 5/5 early-exit stages" in sys.stderr.getvalue()  # its progress, stage by stage
     printed = capsys.readouterr().out
     assert "early exit" in printed and "exit answer differs" in printed
     section = json.loads(out.read_text())["stopping"]

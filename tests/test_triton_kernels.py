@@ -7,17 +7,20 @@ kernel's reduction order, not the host BLAS. With CUDA the same tests run on the
 ``test_gpu.py`` adds real sizes.
 """
 
+import functools
+
 import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import _ordered_dot
-from _compare import assert_close
+from _compare import assert_bitwise_equal, assert_close
 from _invariance import check_batch_invariance, junk_rows
-from _op_cases import ROW_OPS, attention_case, row_case
+from _op_cases import ROW_OPS, PagedLayout, attention_case, paged_case, row_case
 from _tolerances import tolerance
 from reasonserve import ops
+from reasonserve.core.errors import InvalidArgumentError, InvalidTypeError
 
 pytest.importorskip("triton", reason="Triton kernels need the triton package (triton extra)")
 
@@ -81,14 +84,12 @@ def test_triton_matches_the_torch_reference(dtype):
 
 
 def test_auto_never_picks_the_interpreter_on_cpu():
-    """``auto`` on CPU is the native kernel (or the torch path without it), never Triton."""
-    from reasonserve.ops import _native
+    """``auto`` on CPU is the native kernel (compiled or its transcription), never Triton."""
     from reasonserve.ops._impl import resolve_impl
 
     x = torch.randn(3, 5)
-    expected = "native" if _native.available() else "torch"
-    assert resolve_impl("auto", x) == expected
-    assert torch.equal(ops.softmax(x, impl="auto"), ops.softmax(x, impl=expected))
+    assert resolve_impl("auto", x) == "native"
+    assert torch.equal(ops.softmax(x, impl="auto"), ops.softmax(x, impl="native"))
 
 
 @settings(max_examples=5, deadline=None)
@@ -106,3 +107,209 @@ def test_noise_kernel_gives_the_torch_hash_bits(vocab, batch, seed):
     expected = uniform_open01(finalize(mix_word(h[:, None], torch.arange(vocab)[None, :]), 16))
     got = uniform_triton(s_lo.to(DEVICE), s_hi.to(DEVICE), p_lo.to(DEVICE), vocab).cpu()
     assert torch.equal(got, expected)
+
+
+# ---- paged attention -----------------------------------------------------------------
+
+def _paged_invariant(*args, **kwargs):
+    return ops.paged_attention(*args, impl="triton", **kwargs)
+
+
+def _junk_sequence(g, hq, hkv, d, dtype):
+    """A sequence whose queries, keys and values are NaN / inf / huge."""
+    length = int(torch.randint(1, 20, (1,), generator=g))
+    q = junk_rows([2, hq, d], dtype, g, 1)[0]
+    return (q.to(DEVICE), *(junk_rows([length, hkv, d], dtype, g, 1)[0].to(DEVICE) for _ in range(2)))
+
+
+@pytest.mark.parametrize(("dtype", "hq", "hkv", "d"), [(torch.float32, 6, 2, 16), (torch.float16, 2, 2, 24)])
+def test_triton_paged_attention_batch_invariant(dtype, hq, hkv, d):
+    """Slice, junk sequences, permutation, composition, run-to-run — with fresh block
+    numbers, NaN in unused slots and junk table entries past each sequence on every run."""
+    rng = torch.Generator().manual_seed(d)
+    run, make = paged_case(_paged_invariant, dtype, hq, hkv, d, 4, rng, device=DEVICE, max_keys=34)
+    items = [make(rng) for _ in range(3)]
+    junk = [_junk_sequence(rng, hq, hkv, d, dtype)]
+    check_batch_invariance(run, items, junk, [make(rng) for _ in range(2)], rng)
+
+
+def _one_sequence(g, length, hq=4, hkv=2, d=16, dtype=torch.float32):
+    layout = PagedLayout(4, 5, DEVICE)
+    seq = [(torch.randn(length, hq, d, generator=g).to(dtype),
+            torch.randn(length, hkv, d, generator=g).to(dtype), torch.randn(length, hkv, d, generator=g).to(dtype))]
+    return layout.pack(seq)  # fmt: skip
+
+
+def test_triton_paged_prefill_chunked_prefill_and_decode_give_the_same_bits():
+    g = torch.Generator().manual_seed(7)
+    q, kc, vc, tables, lens, _ = _one_sequence(g, 35)
+    full = _paged_invariant(q, kc, vc, tables, lens, lens)
+    for begin, end in ((0, 9), (9, 33), (33, 35)):  # chunked prefill, chunks crossing splits
+        n = torch.tensor([end], device=DEVICE)
+        chunk = _paged_invariant(q[begin:end], kc, vc, tables, n, n - begin)
+        assert_bitwise_equal(chunk, full[begin:end], f"chunk {begin}:{end}")
+    for i in (0, 31, 32, 34):  # decode steps, at and around split boundaries (32 keys)
+        one = torch.tensor([1], device=DEVICE)
+        step = _paged_invariant(q[i : i + 1], kc, vc, tables, torch.tensor([i + 1], device=DEVICE), one)
+        assert_bitwise_equal(step, full[i : i + 1], f"decode of query {i}")
+
+
+def test_triton_paged_modes_and_capacities_give_the_same_bits():
+    """Single-pass vs split-KV launches and larger host capacities change no bit."""
+    import dataclasses
+
+    from reasonserve.ops.triton.paged_attention import invariant_config, paged_attention_triton
+
+    g = torch.Generator().manual_seed(8)
+    q, kc, vc, tables, lens, _ = _one_sequence(g, 37)
+    qlens = torch.tensor([5], device=DEVICE)
+    q = q[-5:]
+    base = invariant_config(q, kc)
+    outs = [
+        paged_attention_triton(q, kc, vc, tables, lens, qlens, 0.25, cap, dataclasses.replace(base, split_kv=split))
+        for split in (True, False)
+        for cap in (37, 200)
+    ]
+    for i, out in enumerate(outs[1:], 1):
+        assert_bitwise_equal(out, outs[0], f"launch {i}")
+    api = _paged_invariant(q, kc, vc, tables, lens, qlens, scale=0.25, max_seq_len=40, max_query_len=5, check=False)
+    assert_bitwise_equal(api, outs[0], "public op, check=False")
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_triton_paged_attention_matches_the_reference(dtype):
+    g = torch.Generator().manual_seed(9)
+    run_inv, make = paged_case(_paged_invariant, dtype, 6, 2, 16, 4, g, device=DEVICE)
+    stock = functools.partial(ops.paged_attention_stock, impl="triton")
+    run_stock, _ = paged_case(stock, dtype, 6, 2, 16, 4, g, device=DEVICE)
+    run_ref, _ = paged_case(lambda *a: ops.paged_attention_reference(*_double(a)), dtype, 6, 2, 16, 4, g)
+    items = [make(g) for _ in range(3)]
+    decodes = [(it[0][-1:], it[1], it[2]) for it in items]
+    for batch, what in ((items, "mixed"), (decodes, "decode")):
+        want = run_ref([tuple(t.cpu() for t in it) for it in batch])
+        for name, run in (("invariant", run_inv), ("stock", run_stock)):
+            for got, ref in zip(run(batch), want, strict=True):
+                assert_close(got.cpu(), ref, *tolerance("attention", dtype), what=f"{name} {what}")
+
+
+def _double(args):
+    return [t.double() if t.is_floating_point() else t for t in args]
+
+
+def test_triton_paged_attention_unchecked_bad_tables_stay_in_bounds():
+    """check=False with out-of-range entries: garbage values for that call, no bad access;
+    check=True names the argument."""
+    g = torch.Generator().manual_seed(10)
+    q, kc, vc, tables, lens, _ = _one_sequence(g, 9)
+    bad = tables.clone()
+    bad[0, :3] = torch.tensor([10**6, -7, 2**30])
+    one = torch.tensor([1], device=DEVICE)
+    out = _paged_invariant(q[-1:], kc, vc, bad, lens, one, check=False, max_seq_len=9, max_query_len=1)
+    assert out.shape == (1, 4, 16)
+    with pytest.raises(InvalidArgumentError, match="block_tables entries"):
+        _paged_invariant(q[-1:], kc, vc, bad, lens, one)
+
+
+# ---- GEMM: BLOCK_K per weight shape, tiles per M bucket --------------------------------
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_triton_gemm_rows_same_bits_under_every_bucket_and_loader(dtype):
+    """Every M bucket's tiles, the single fallback config, TMA and pointer loads and both
+    weight layouts walk K identically: a row gets the same bits from each."""
+    from reasonserve.ops.triton._gemm_config import bucket_tiles
+    from reasonserve.ops.triton.matmul import matmul_triton
+
+    g = torch.Generator().manual_seed(11)
+    x = torch.randn(20, 40, generator=g).to(dtype=dtype, device=DEVICE)
+    w = (torch.randn(24, 40, generator=g) / 6).to(dtype=dtype, device=DEVICE)
+    first = matmul_triton(x, w.t(), tiles=bucket_tiles(x)[0], use_tma=False)
+    for tiles in bucket_tiles(x):
+        for use_tma in (False, True):
+            for name, b in (("row-major weight", w.t()), ("k-major weight", w.t().contiguous())):
+                got = matmul_triton(x, b, tiles=tiles, use_tma=use_tma)
+                assert_bitwise_equal(got, first, f"{tiles} tma={use_tma} {name}")
+    big = torch.cat([x, x.flip(0)])  # 40 rows: the public op crosses every interpreter bucket
+    full = ops.linear(big, w, impl="triton")
+    for m in (1, 16, 17, 32, 33):
+        assert_bitwise_equal(ops.linear(big[-m:], w, impl="triton"), full[-m:], f"M={m} through ops.linear")
+
+
+def test_triton_gemm_switch_runs_one_config_for_every_m(monkeypatch):
+    """The M buckets pick different tiles; TILES_PER_M_BUCKET=False picks ONE_CONFIG for all."""
+    from reasonserve.ops.triton import _gemm_config as cfg
+
+    x = torch.empty(1, 1, device=DEVICE, dtype=torch.float16)
+    picked = {cfg.gemm_tiles(m, x) for m in (1, 16, 17, 64, 65, 300, 4096)}
+    assert len(picked) >= 3
+    monkeypatch.setattr(cfg, "TILES_PER_M_BUCKET", False)
+    assert {cfg.gemm_tiles(m, x) for m in (1, 16, 17, 64, 65, 300, 4096)} == {cfg.ONE_CONFIG[cfg._kind(x)]}
+
+
+def test_torch_path_off_cpu_runs_fixed_row_tiles(monkeypatch):
+    """The non-CPU torch path calls BLAS with exactly ROW_TILE rows, whatever M (never a
+    per-process probe): every row of every batch sees the same call shape."""
+    from reasonserve.ops import _fixed_order
+
+    calls = []
+    real = _fixed_order._blas_mm
+    monkeypatch.setattr(_fixed_order, "_blas_mm", lambda a, b: calls.append((a.shape, b.shape)) or real(a, b))
+    g = torch.Generator().manual_seed(12)
+    w = torch.randn(24, 40, generator=g)
+    for m in (1, 63, 64, 65, 130):
+        x = torch.randn(m, 40, generator=g)
+        out = _fixed_order.tiled_matmul_2d(x, w.t())
+        assert_close(out, x.double() @ w.double().t(), 1e-4, 1e-4, f"M={m}")
+    tile = _fixed_order.ROW_TILE
+    assert calls and all(tile in (s[0][0], s[1][1]) for s in calls), calls  # the tile is the row count
+
+
+# ---- fused RMSNorm ----------------------------------------------------------------------
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("n", [7, 300])  # one chunk / several chunks (interpreter chunk cap 256)
+def test_triton_add_rms_norm_is_add_then_rms_norm_and_batch_invariant(dtype, n):
+    g = torch.Generator().manual_seed(n)
+    x, r = ((torch.randn(9, n, generator=g) * 3).to(dtype=dtype, device=DEVICE) for _ in range(2))
+    w = torch.randn(n, generator=g).to(dtype=dtype, device=DEVICE)
+    normed, summed = ops.add_rms_norm(x, r, w, impl="triton")
+    assert_bitwise_equal(summed, x + r, "summed")
+    assert_bitwise_equal(normed, ops.rms_norm(x + r, w, impl="triton"), "normed")
+    alone, _ = ops.add_rms_norm(x[4:5], r[4:5], w, impl="triton")
+    assert_bitwise_equal(alone, normed[4:5], "row 4 alone")
+    ref = ops.rms_norm((x + r).double(), w.double(), impl="torch")
+    assert_close(normed.cpu(), ref.cpu(), *tolerance("rms_norm", dtype), what="vs float64")
+
+
+def test_triton_paged_attention_unchecked_lying_lengths_stay_in_bounds():
+    """check=False with lengths past the capacities, negative or summing past q: garbage
+    for that call, never a read or write outside the tensors (one crashes the interpreter)."""
+    g = torch.Generator().manual_seed(14)
+    q, kc, vc, tables, lens, _ = _one_sequence(g, 9)
+    for seq_lens, query_lens in (([200], [1]), ([9], [4]), ([-5], [1]), ([9], [-3])):
+        out = _paged_invariant(q[-1:], kc, vc, tables, torch.tensor(seq_lens, device=DEVICE),
+                               torch.tensor(query_lens, device=DEVICE), check=False, max_seq_len=12)  # fmt: skip
+        assert out.shape == (1, 4, 16)
+    empty = tables[:, :0]
+    assert torch.equal(_paged_invariant(q[-1:], kc, vc, empty, lens, torch.tensor([1]), check=False),
+                       torch.zeros_like(q[-1:]))  # fmt: skip
+
+
+@pytest.mark.parametrize("op", [ops.paged_attention, ops.paged_attention_stock])
+def test_paged_capacities_and_devices_are_checked_by_name(op):
+    g = torch.Generator().manual_seed(15)
+    q, kc, vc, tables, lens, _ = _one_sequence(g, 9)
+    tables = tables[:, :3]  # 3 columns of 4 keys: capacity 12
+    one = torch.tensor([1], device=DEVICE)
+    cases = [
+        ({"max_seq_len": 13}, InvalidArgumentError, "max_seq_len=13 exceeds"),
+        ({"max_seq_len": -1}, InvalidArgumentError, "max_seq_len must be an int"),
+        ({"max_seq_len": 8}, InvalidArgumentError, "max_seq_len \\(8"),  # seq_lens 9 > 8
+        ({"max_query_len": 1.5}, InvalidArgumentError, "max_query_len must be an int"),
+    ]
+    for kwargs, error, match in cases:
+        with pytest.raises(error, match=match):
+            op(q[-1:], kc, vc, tables, lens, one, **kwargs)
+    with pytest.raises(InvalidArgumentError, match="max_query_len \\(1"):
+        op(q[-2:], kc, vc, tables, lens, torch.tensor([2], device=DEVICE), max_query_len=1)
+    with pytest.raises(InvalidTypeError, match="block_tables is on meta"):
+        op(q[-1:], kc, vc, tables.to("meta"), lens, one)

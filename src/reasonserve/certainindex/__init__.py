@@ -1,7 +1,11 @@
 """Certainindex: how settled is a reasoning program's answer? (Dynasor)
 
-Estimators are pure: observations in, a certainty in [0, 1] out, with a batched
-tensor form for many programs and an incremental form updated per observation.
+* :mod:`.answers` — answers in model output: extraction, normalization, equivalence;
+* :mod:`.estimators` — certainty estimators: observations in, a certainty in [0, 1] out,
+  with a batched tensor form for many programs and an incremental form per observation;
+* :mod:`.stopping` — chain-of-thought early exit: the rule interface hosts call per probe;
+* :mod:`.allocation` — how much more compute one program gets, given its certainty;
+* :mod:`.calibration` and :mod:`.conformal` — choosing thresholds from recorded runs.
 """
 
 from reasonserve.certainindex.allocation import (
@@ -13,51 +17,55 @@ from reasonserve.certainindex.allocation import (
     ThresholdPolicy,
 )
 from reasonserve.certainindex.answers import (
+    AnswerClasses,
+    EmbeddingClusterer,
+    Verdict,
+    cluster_texts,
+    compare_answers,
+    embedding_model_available,
+    equivalent,
     extract_answer,
     extract_boxed,
     extract_probe_answer,
+    group_answers,
+    jaccard_clusters,
     normalize_answer,
 )
-from reasonserve.certainindex.baselines import length_certainty, logprob_certainty
-from reasonserve.certainindex.clustering import (
-    EmbeddingClusterer,
-    cluster_texts,
-    embedding_model_available,
-    jaccard_clusters,
-)
-from reasonserve.certainindex.combined import Combined, CombinedResult
-from reasonserve.certainindex.equivalence import (
-    AnswerClasses,
-    Verdict,
-    compare_answers,
-    equivalent,
-    group_answers,
-)
-from reasonserve.certainindex.probe_consistency import (
+from reasonserve.certainindex.estimators import (
     HESITATION_WORDS,
     PRESETS,
+    Combined,
+    CombinedResult,
     ProbeConsistency,
     ProbeTracker,
+    RewardCertainty,
+    SemanticEntropy,
+    TVStability,
+    entropy_certainty,
+    length_certainty,
+    logprob_certainty,
+    tv_probe_bound,
 )
-from reasonserve.certainindex.reward import RewardCertainty
-from reasonserve.certainindex.semantic_entropy import SemanticEntropy, entropy_certainty
 from reasonserve.certainindex.stopping import (
+    AgreeSpanRule,
+    LogisticStopRule,
     ProbeObservation,
     StopDecision,
     StoppingRule,
     default_rule,
 )
-from reasonserve.certainindex.tv_stability import TVStability, tv_probe_bound
 
 __all__ = [
     "HESITATION_WORDS",
     "PRESETS",
+    "AgreeSpanRule",
     "AnswerClasses",
     "Combined",
     "CombinedResult",
     "EmbeddingClusterer",
     "EvenPolicy",
     "LengthPolicy",
+    "LogisticStopRule",
     "ParetoCapPolicy",
     "ParetoCurve",
     "ProbeConsistency",

@@ -101,8 +101,12 @@ def cross_validate(
     evaluate: Callable[[C, Sequence[T]], Outcome],
     folds: Sequence[Sequence[T]],
     tolerance: float,
+    progress: Callable[[int, int, str], None] | None = None,
 ) -> CrossValidation[C]:
-    """Leave-one-fold-out calibration; the pooled outcome is out-of-sample."""
+    """Leave-one-fold-out calibration; the pooled outcome is out-of-sample.
+
+    ``progress(done, total, what)`` is called after each fold.
+    """
     if len(folds) < 2:
         raise InvalidArgumentError(f"need at least 2 folds, got {len(folds)}")
     choices, outcomes = [], []
@@ -111,4 +115,6 @@ def cross_validate(
         best, _ = choose(candidates, evaluate, train, tolerance)
         choices.append(best)
         outcomes.append(evaluate(best, test))
+        if progress is not None:
+            progress(i + 1, len(folds), "folds cross-validated")
     return CrossValidation(choices, outcomes)

@@ -16,7 +16,8 @@ from reasonserve.ops.matmul import k_major, linear, linear_reference, matmul, ma
 from reasonserve.ops.mean import mean, mean_reference
 from reasonserve.ops.mode import OVERRIDDEN_OPS, deterministic_mode, is_deterministic_mode
 from reasonserve.ops.paged_attention import paged_attention, paged_attention_reference
-from reasonserve.ops.rms_norm import rms_norm, rms_norm_reference
+from reasonserve.ops.paged_attention_stock import paged_attention_stock
+from reasonserve.ops.rms_norm import add_rms_norm, rms_norm, rms_norm_reference
 from reasonserve.ops.sampling import greedy, gumbel_noise, sample
 from reasonserve.ops.softmax import (
     log_softmax,
@@ -28,6 +29,7 @@ from reasonserve.ops.softmax import (
 __all__ = [
     "KV_SPLIT_TOKENS",
     "OVERRIDDEN_OPS",
+    "add_rms_norm",
     "attention",
     "attention_reference",
     "decode_attention",
@@ -46,6 +48,7 @@ __all__ = [
     "mean_reference",
     "paged_attention",
     "paged_attention_reference",
+    "paged_attention_stock",
     "rms_norm",
     "rms_norm_reference",
     "sample",

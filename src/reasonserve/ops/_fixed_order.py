@@ -4,14 +4,13 @@
   products of float32/half operands are exact in float64, and they are summed by
   :func:`tree_sum`, so a row's bits are fixed by its values alone — proven, not
   observed, on any CPU. Slow (element-wise work and a float64 temporary).
-* :func:`tiled_matmul_2d` (other devices) never lets the batch choose a BLAS kernel.
-  Rows are padded into fixed-shape row tiles (``ROWS_FIRST_TILES`` /
-  ``WEIGHT_FIRST_TILES``, chosen by the layout of the other operand). A one-row call
-  defines the bits; a larger tile is used only after a probe has seen a row in EVERY
-  slot of that tile get the one-row bits, on two random draws, for that ``(K, N)``,
-  layout, alignment, dtype and thread count (:func:`tile_agrees`). BLAS may pick
-  kernels by row count and even by a row's slot inside a call (``docs/determinism.md``),
-  so this is an observation per shape, not a proof.
+* :func:`tiled_matmul_2d` (other devices) never lets the batch choose a BLAS kernel:
+  rows are padded into calls of exactly :data:`ROW_TILE` rows, so every row of every
+  batch is computed by the same call shape, and the layout of the weight picks the call
+  form. The tile is a constant — never probed per process. What remains is an
+  assumption about the library: that a row's bits do not depend on its slot inside a
+  fixed-shape call (true of cuBLAS as tested in ``tests/test_gpu.py``; not of MKL's
+  generic CPU kernel, which is why CPU never takes this path).
 * :func:`tree_sum` reduces with element-wise additions in a fixed pairwise tree
   whose shape depends only on the reduced length. Element-wise IEEE additions are
   exact per element, so the result does not depend on threads, vector width or
@@ -20,34 +19,19 @@
 
 from __future__ import annotations
 
-import functools
-
 import torch
 
-# Rows per BLAS call, largest first, for each of the two call forms (chosen by the
-# layout of ``b``, never by the batch). The smallest tile sets the cost of a one-row
-# batch and defines the bits; larger tiles run big batches near stock BLAS speed
-# where the probe allows them. Measured on MKL (2 AVX-512 cores, K = N = 4096, fp32):
-# * ``b`` row-major ``[K, N]`` (a K-major weight): ``tile @ b``; a 4-row call costs
-#   1.5x a one-row GEMV and a 256-row call 1.03x per row of a stock 1024-row product;
-# * ``b = W.T`` with ``W`` row-major (``nn.Linear``'s layout): ``(W @ tile.T).T``,
-#   whose kernel class ends at 56 rows; 8 rows cost 2.4x a GEMV, 48 rows 1.5x stock.
-ROWS_FIRST_TILES = (256, 128, 64, 16, 4, 1)
-WEIGHT_FIRST_TILES = (48, 16, 8, 1)
-# Draws of the probe: a kernel choice that depends on values would show on one of them.
-_PROBE_DRAWS = 2
+# Rows per BLAS call on other devices: every call has exactly this many rows. 64 keeps a
+# one-row batch near GEMV cost on a GPU (the weight read dominates) and large batches
+# near stock speed.
+ROW_TILE = 64
 # Elements of the float64 temporary per chunk of exact_matmul_2d.
 _EXACT_CHUNK_ELEMS = 1 << 21
-_ALIGN_BYTES = 64
 
 
 def _weight_first(b: torch.Tensor) -> bool:
     """``b`` is the transpose of a row-major matrix: multiply with it first."""
     return b.stride(1) != 1 and b.stride(0) == 1
-
-
-def _tiles(b: torch.Tensor) -> tuple[int, ...]:
-    return WEIGHT_FIRST_TILES if _weight_first(b) else ROWS_FIRST_TILES
 
 
 def _blas_mm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -64,47 +48,6 @@ def _product(tile: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     if _weight_first(b):
         return _blas_mm(b.t(), tile.t()).t()
     return _blas_mm(tile, b)
-
-
-def _probe_operand(shape, strides, dtype, device, offset_elems, gen) -> torch.Tensor:
-    """A random tensor with the given shape, strides and misalignment."""
-    numel = max(s * st for s, st in zip(shape, strides, strict=True)) + 1
-    flat = torch.randn(numel + offset_elems, generator=gen).to(dtype=dtype, device=device)
-    return flat[offset_elems:].as_strided(shape, strides)
-
-
-@functools.lru_cache(maxsize=512)
-def tile_agrees(
-    tile: int, k: int, n: int, dtype: torch.dtype, device: str, b_strides: tuple, b_offset: int, threads: int
-) -> bool:
-    """Whether one BLAS call of ``tile`` rows gives the row in every slot its one-row bits.
-
-    Each slot ``0 .. tile-1`` of the call is compared with the same row computed alone
-    (a one-row call), on :data:`_PROBE_DRAWS` random draws. The answer is memoized per
-    process, keyed by everything known to steer BLAS's kernel choice.
-    """
-    del threads  # part of the cache key: a different thread count may pick other kernels
-    for draw in range(_PROBE_DRAWS):
-        gen = torch.Generator().manual_seed(tile * 7919 + k * 31 + n + draw * 104729)
-        b = _probe_operand((k, n), b_strides, dtype, device, b_offset, gen)
-        a = torch.randn(tile, k, generator=gen).to(dtype=dtype, device=device)
-        whole = _product(a, b)
-        alone = torch.cat([_product(_tile_rows(a, i, 1), b) for i in range(tile)])
-        if not _same_bits(whole, alone):
-            return False
-    return True
-
-
-def _same_bits(x: torch.Tensor, y: torch.Tensor) -> bool:
-    """Bitwise equality (``torch.equal`` would call -0.0 and 0.0 equal)."""
-    return torch.equal(x.reshape(-1).view(torch.uint8), y.reshape(-1).view(torch.uint8))
-
-
-def _tiles_for(b: torch.Tensor, k: int, n: int) -> tuple[int, ...]:
-    offset = (b.data_ptr() % _ALIGN_BYTES) // b.element_size()
-    key = (k, n, b.dtype, str(b.device), tuple(b.stride()), offset, torch.get_num_threads())
-    tiles = _tiles(b)
-    return tuple(t for t in tiles[:-1] if tile_agrees(t, *key)) + tiles[-1:]
 
 
 def _tile_rows(a: torch.Tensor, start: int, tile: int) -> torch.Tensor:
@@ -127,14 +70,9 @@ def tiled_matmul_2d(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         return a.new_zeros((m, n))
     if b.stride(0) != 1 and b.stride(1) != 1:
         b = b.contiguous()
-    tiles = _tiles_for(b, k, n)
-    padded_rows = -(-m // tiles[-1]) * tiles[-1]
-    out = a.new_empty((padded_rows, n))
-    start = 0
-    for tile in tiles:
-        while padded_rows - start >= tile:
-            out[start : start + tile] = _product(_tile_rows(a, start, tile), b)
-            start += tile
+    out = a.new_empty((-(-m // ROW_TILE) * ROW_TILE, n))
+    for start in range(0, m, ROW_TILE):
+        out[start : start + ROW_TILE] = _product(_tile_rows(a, start, ROW_TILE), b)
     return out[:m]
 
 

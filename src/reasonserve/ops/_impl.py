@@ -1,12 +1,13 @@
 """Choosing between the native CPU kernels, the Triton kernels and the torch path.
 
 ``impl="auto"`` picks Triton for CUDA tensors when Triton imports, the native
-fixed-order kernels for float32/float16/bfloat16 CPU tensors when they are built, and
-the torch path otherwise (on CPU with a one-time warning that it is the slow exact
-fallback). ``impl="native"`` / ``impl="triton"`` raise
-:class:`ImplementationUnavailableError` when they cannot run: extension not built,
-wrong device or dtype; Triton missing, or CPU tensors without the Triton interpreter
-(``TRITON_INTERPRET=1``, read at call time).
+fixed-order kernels for float32/float16/bfloat16 CPU tensors, and the torch path
+otherwise. The native kernels are the compiled extension or, where it was not built,
+their torch transcription (``_native_torch``: the same bits, slower, with a one-time
+warning). ``impl="native"`` / ``impl="triton"`` raise
+:class:`ImplementationUnavailableError` when they cannot run: wrong device or dtype;
+Triton missing, or CPU tensors without the Triton interpreter (``TRITON_INTERPRET=1``,
+read at call time).
 """
 
 from __future__ import annotations
@@ -18,7 +19,6 @@ import os
 import torch
 
 from reasonserve.core.errors import ImplementationUnavailableError, InvalidArgumentError
-from reasonserve.ops import _native
 
 IMPLS = ("auto", "torch", "native", "triton")
 #: Dtypes the native CPU kernels accept (computed in float32); float64 takes the torch path.
@@ -43,15 +43,12 @@ def _native_ok(tensor: torch.Tensor) -> bool:
 
 
 def _resolve_native(impl: str, tensor: torch.Tensor) -> str:
-    if impl == "native" and not (_native_ok(tensor) and _native.available()):
+    if impl == "native" and not _native_ok(tensor):
         raise ImplementationUnavailableError(
-            "impl='native' needs float32/float16/bfloat16 CPU tensors and the built extension; "
-            f"device={tensor.device}, dtype={tensor.dtype}, extension: {_native.load_error() or 'loaded'}"
+            "impl='native' needs float32/float16/bfloat16 CPU tensors; "
+            f"device={tensor.device}, dtype={tensor.dtype}"
         )
-    if _native.available():
-        return "native"
-    _native.warn_fallback()
-    return "torch"
+    return "native"
 
 
 def resolve_impl(impl: str, tensor: torch.Tensor) -> str:

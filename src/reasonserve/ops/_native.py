@@ -1,10 +1,10 @@
 """The fixed-order C++ kernels (``reasonserve._C``): loading, instruction-set choice, calls.
 
-The extension is built at install time (``setup.py``); when it is missing (an isolated
-build without torch, an editable checkout never installed) it is built from the
-packaged sources on first use with torch's extension tooling, if a C++ compiler is
-there. Failing both, :func:`available` is False and the ops take the exact pure-torch
-path; :func:`warn_fallback` says so once per process.
+The extension is built at install time (``setup.py``), never while an op runs. When it
+is missing (no C++ compiler, an isolated build without torch), :func:`available` is
+False and :func:`ops` hands out :mod:`._native_torch`, the same kernels written with
+torch element-wise ops: the same bits, much slower; :func:`warn_fallback` says so once
+per process, with the command that builds the extension.
 
 Instruction set: the best one this CPU supports, or the one named by the environment
 variable ``REASONSERVE_CPU_ISA`` (``generic``, ``avx2``, ``avx512``; read at each call,
@@ -17,35 +17,23 @@ from __future__ import annotations
 import functools
 import importlib
 import os
-import pathlib
 import threading
 import warnings
 
 import torch
 
 from reasonserve.core.errors import ImplementationUnavailableError
+from reasonserve.ops import _native_torch
 
 __all__ = ["ISAS", "ISA_ENV", "available", "available_isas", "load_error", "ops", "selected_isa"]
 
 #: Instruction-set variants, by the index the C++ ops take.
 ISAS = ("generic", "avx2", "avx512")
 ISA_ENV = "REASONSERVE_CPU_ISA"
-_SOURCES = ("ops.cpp", "kernels_generic.cpp", "kernels_avx2.cpp", "kernels_avx512.cpp")
-_CFLAGS = ["-O3", "-std=c++17", "-ffp-contract=off", "-fno-trapping-math", "-Wno-psabi", "-fopenmp"]
+#: What builds the extension in a source checkout (docs/determinism.md).
+BUILD_COMMAND = "pip install --no-build-isolation -e .  (or: python setup.py build_ext --inplace)"
 _LOCK = threading.Lock()
 _STATE: dict[str, object] = {}
-
-
-def _jit_build() -> None:
-    """Build the packaged sources with torch's extension tooling (cached per user)."""
-    from torch.utils import cpp_extension
-
-    csrc = pathlib.Path(__file__).resolve().parent.parent / "_csrc"
-    sources = [str(csrc / name) for name in _SOURCES]
-    cpp_extension.load(
-        name="reasonserve_native", sources=sources, extra_cflags=_CFLAGS, extra_ldflags=["-fopenmp"],
-        is_python_module=False,
-    )
 
 
 def _register_fakes() -> None:
@@ -82,25 +70,19 @@ def _load() -> bool:
             importlib.import_module("reasonserve._C")
             _register_fakes()
             _STATE["ok"] = True
-        except ImportError as err:
+        except ImportError as err:  # not built, or built against another torch
             _STATE["error"] = f"reasonserve._C not built ({err})"
-            try:
-                _jit_build()
-                _register_fakes()
-                _STATE["ok"] = True
-            except Exception as jit_err:  # no compiler, no ninja, a compile error
-                _STATE["error"] = f"{_STATE['error']}; building it now failed: {jit_err}"
-                _STATE["ok"] = False
+            _STATE["ok"] = False
         return bool(_STATE["ok"])
 
 
 def available() -> bool:
-    """Whether the native kernels can run in this process (loads them on first call)."""
+    """Whether the compiled kernels loaded in this process (loads them on first call)."""
     return _load()
 
 
 def load_error() -> str | None:
-    """Why the native kernels are unavailable (None when they loaded)."""
+    """Why the compiled kernels are unavailable (None when they loaded)."""
     return None if available() else str(_STATE.get("error"))
 
 
@@ -113,8 +95,11 @@ def available_isas() -> tuple[str, ...]:
 
 
 def selected_isa() -> int:
-    """Index of the variant to run: ``$REASONSERVE_CPU_ISA`` when set, else the best one."""
-    names = available_isas()
+    """Index of the variant to run: ``$REASONSERVE_CPU_ISA`` when set, else the best one.
+
+    Without the extension, the torch transcription runs the generic variant's order.
+    """
+    names = available_isas() or ("generic",)
     wanted = os.environ.get(ISA_ENV, "").strip().lower()
     if not wanted or wanted == "auto":
         return ISAS.index(names[-1])
@@ -126,21 +111,22 @@ def selected_isa() -> int:
 
 
 def warn_fallback() -> None:
-    """Warn once per process that CPU ops run on the slow exact pure-torch path."""
+    """Warn once per process that CPU ops run the kernels' slow torch transcription."""
     with _LOCK:
         if _STATE.get("warned"):
             return
         _STATE["warned"] = True
     warnings.warn(
-        f"reasonserve: native CPU kernels unavailable ({_STATE.get('error')}); batch-invariant ops "
-        "use the exact pure-torch path, which is much slower",
+        f"reasonserve: compiled CPU kernels unavailable ({_STATE.get('error')}); the ops run their "
+        f"torch transcription: the same bits, much slower. Build them: {BUILD_COMMAND}",
         RuntimeWarning,
-        stacklevel=3,
+        stacklevel=4,
     )
 
 
 def ops():
-    """``torch.ops.reasonserve`` once the kernels are loaded."""
-    if not available():
-        raise ImplementationUnavailableError(f"native kernels unavailable: {load_error()}")
-    return torch.ops.reasonserve
+    """``torch.ops.reasonserve`` once the kernels are loaded, else their torch transcription."""
+    if available():
+        return torch.ops.reasonserve
+    warn_fallback()
+    return _native_torch

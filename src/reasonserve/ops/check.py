@@ -162,8 +162,12 @@ def _check_case(report: SweepReport, name: str, case, rng: random.Random, dtype,
 
 
 def run_sweep(cases: int = 2000, seed: int = 0, *, dtypes=(torch.float32, torch.bfloat16),
-              ops: tuple[str, ...] | None = None, all_isas: bool = True) -> SweepReport:  # fmt: skip
-    """Run ``cases`` random ``(M, K, N)`` cases of every op (and dtype); see the module doc."""
+              ops: tuple[str, ...] | None = None, all_isas: bool = True,
+              progress: Callable[[int, int, str], None] | None = None) -> SweepReport:  # fmt: skip
+    """Run ``cases`` random ``(M, K, N)`` cases of every op (and dtype); see the module doc.
+
+    ``progress(done, total, what)`` is called after each case.
+    """
     rng = random.Random(seed)
     names = ops or tuple(OPS)
     isas = _native.available_isas() if all_isas else ()
@@ -174,11 +178,14 @@ def run_sweep(cases: int = 2000, seed: int = 0, *, dtypes=(torch.float32, torch.
             for name in names:
                 _check_case(report, name, OPS[name], rng, rng.choice(dtypes), isas)
             report.cases += 1
+            if progress is not None:
+                progress(report.cases, cases, "cases")
     report.seconds = time.perf_counter() - start
     return report
 
 
-def print_verdict(cases: int, seed: int, out: TextIO) -> int:
+def print_verdict(cases: int, seed: int, out: TextIO,
+                  progress: Callable[[int, int, str], None] | None = None) -> int:  # fmt: skip
     """Run the sweep, print what was checked and the verdict; 0 when every check held."""
     if cases < 1:
         print("reasonserve check-determinism: error: --cases must be >= 1", file=out)
@@ -188,8 +195,9 @@ def print_verdict(cases: int, seed: int, out: TextIO) -> int:
     if isas:
         print(f"native kernels: loaded; instruction sets compared: {', '.join(isas)}", file=out)
     else:
-        print(f"native kernels: unavailable ({_native.load_error()}); checking the torch path", file=out)
-    report = run_sweep(cases, seed)
+        print(f"native kernels: not built ({_native.load_error()}); checking their torch transcription",
+              file=out)  # fmt: skip
+    report = run_sweep(cases, seed, progress=progress)
     done = f"{report.cases} cases x {len(OPS)} ops = {report.checks} checks"
     print(f"{done} in {report.seconds:.1f} s", file=out)
     for name, bad in report.failures.items():

@@ -112,8 +112,9 @@ def matmul(a: torch.Tensor, b: torch.Tensor, *, impl: str = "auto") -> torch.Ten
         raise InvalidArgumentError(
             f"batch dimensions of a {tuple(a.shape)} and b {tuple(b.shape)} do not broadcast"
         ) from err
-    a3 = a.expand(*batch, *a.shape[-2:]).reshape(-1, *a.shape[-2:])
-    b3 = b.expand(*batch, *b.shape[-2:]).reshape(-1, *b.shape[-2:])
+    entries = math.prod(batch)  # not -1: a reshape cannot infer it when K or N is 0
+    a3 = a.expand(*batch, *a.shape[-2:]).reshape(entries, *a.shape[-2:])
+    b3 = b.expand(*batch, *b.shape[-2:]).reshape(entries, *b.shape[-2:])
     return _batched_mm(a3, b3, impl).reshape(*batch, a.shape[-2], b.shape[-1])
 
 

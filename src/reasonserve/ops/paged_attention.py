@@ -16,87 +16,41 @@ the other sequences, on how many queries of its own sequence run in the same cal
 (prefill, chunked prefill and decode give the same bits), on the block numbers, or on
 table entries past its own blocks.
 
+Each implementation has its own bits (all invariant): the guarantee is per
+implementation, device kind and library versions.
+
 * native (CPU, when the extension is built): the fixed-order kernel of
   ``csrc/`` reads the cache in place.
+* Triton (CUDA; CPU under ``TRITON_INTERPRET=1``): ``ops/triton/paged_attention.py`` with
+  its invariant configuration — keys cut into splits of a fixed size (not a fixed
+  count), one partial softmax per split, partials folded in split order.
 * torch reference: each sequence's visible prefix is gathered and run through
   :func:`reasonserve.ops.attention`'s reference path (same guarantee, slower).
+
+CUDA-graph contract (Triton path): with ``check=False`` and host ints ``max_seq_len`` /
+``max_query_len``, a call makes no host sync, allocates only from host-known sizes and
+launches a grid derived from them; programs past a sequence's length exit early, so a
+graph captured once is valid for any batch whose lengths stay within those bounds.
+``check=True`` (the default) validates lengths and table entries first (one sync).
+
+Keys in a sequence's length must be finite: a query's later keys within the same
+step are masked with weight exactly 0, and ``0 * inf`` would be NaN.
+:func:`reasonserve.ops.paged_attention_stock` is the fast, not invariant, variant.
 """
 
 from __future__ import annotations
 
 import torch
 
-from reasonserve.core.errors import InvalidArgumentError, InvalidTypeError
 from reasonserve.ops import _native_calls
-from reasonserve.ops._checks import check_same, check_tensor
 from reasonserve.ops._impl import resolve_impl
+from reasonserve.ops._paged_checks import check_paged_shapes, check_paged_values, paged_capacities
 from reasonserve.ops.attention import attention, query_rows, resolve_scale
 
-__all__ = ["paged_attention", "paged_attention_reference"]
-
-_INT_DTYPES = (torch.int32, torch.int64)
+__all__ = ["gather_blocks", "paged_attention", "paged_attention_reference"]
 
 
-def _check_ints(name: str, t: object, ndim: int) -> torch.Tensor:
-    if not isinstance(t, torch.Tensor) or t.dtype not in _INT_DTYPES:
-        raise InvalidTypeError(f"{name} must be an int32/int64 tensor")
-    if t.dim() != ndim:
-        raise InvalidArgumentError(f"{name} must have {ndim} dimensions, got shape {tuple(t.shape)}")
-    return t
-
-
-def check_paged_args(q, k_cache, v_cache, block_tables, seq_lens, query_lens) -> None:
-    """Raise a typed error naming the argument for any malformed input."""
-    check_tensor("q", q, ndim=3)
-    check_tensor("k_cache", k_cache, ndim=4)
-    check_tensor("v_cache", v_cache, ndim=4)
-    check_same(("q", "k_cache", "v_cache"), q, k_cache, v_cache)
-    if k_cache.shape != v_cache.shape:
-        raise InvalidArgumentError(
-            f"k_cache and v_cache must have one shape, got {tuple(k_cache.shape)} and {tuple(v_cache.shape)}"
-        )
-    num_blocks, hkv, block_size, d = k_cache.shape
-    if block_size == 0:
-        raise InvalidArgumentError("k_cache/v_cache must have block_size >= 1")
-    if q.shape[2] != d:
-        raise InvalidArgumentError(f"q's head dim {q.shape[2]} must equal the cache's D={d}")
-    if hkv == 0 or q.shape[1] % hkv != 0:
-        raise InvalidArgumentError(f"q heads ({q.shape[1]}) must be a multiple of cache heads ({hkv})")
-    tables = _check_ints("block_tables", block_tables, 2)
-    lens = _check_ints("seq_lens", seq_lens, 1)
-    qlens = _check_ints("query_lens", query_lens, 1)
-    b = tables.shape[0]
-    if lens.shape[0] != b or qlens.shape[0] != b:
-        raise InvalidArgumentError(
-            f"seq_lens {tuple(lens.shape)} and query_lens {tuple(qlens.shape)} must both be [{b}] "
-            f"(one entry per block_tables row)"
-        )
-    _check_lengths(lens.long(), qlens.long(), q.shape[0], tables.shape[1] * block_size)
-    # the table entries a sequence reads: its first ceil(seq_len / block_size) ones
-    columns = torch.arange(tables.shape[1], device=tables.device)[None, :]
-    reads = columns < (lens.long()[:, None] + block_size - 1) // block_size
-    bad = reads & ((tables < 0) | (tables >= num_blocks))
-    if bool(bad.any()):
-        seq = int(bad.nonzero()[0, 0])
-        raise InvalidArgumentError(
-            f"sequence {seq}: block_tables entries must lie in [0, {num_blocks}), got {tables[seq].tolist()}"
-        )
-
-
-def _check_lengths(lens: torch.Tensor, qlens: torch.Tensor, total_q: int, capacity: int) -> None:
-    """0 <= query_lens <= seq_lens <= capacity, queries only with keys, sum(query_lens) == total_q."""
-    if int(qlens.sum()) != total_q:
-        raise InvalidArgumentError(f"sum(query_lens)={int(qlens.sum())} must equal q.shape[0]={total_q}")
-    bad = (qlens < 0) | (qlens > lens) | (lens > capacity) | ((qlens > 0) & (lens == 0))
-    if bool(bad.any()):
-        i = int(bad.nonzero()[0, 0])
-        raise InvalidArgumentError(
-            f"sequence {i}: need 0 <= query_lens ({int(qlens[i])}) <= seq_lens ({int(lens[i])}) <= "
-            f"block_tables.shape[1] * block_size ({capacity}), and keys for any queries"
-        )
-
-
-def _gather(cache: torch.Tensor, table: torch.Tensor, n: int) -> torch.Tensor:
+def gather_blocks(cache: torch.Tensor, table: torch.Tensor, n: int) -> torch.Tensor:
     """``[Hkv, n, D]``: a sequence's first ``n`` keys (or values), contiguous."""
     block_size = cache.shape[2]
     blocks = cache[table[: -(-n // block_size)].long()]  # [nb, Hkv, bs, D]
@@ -109,8 +63,8 @@ def _reference(q, k_cache, v_cache, block_tables, seq_lens, query_lens, scale: f
     for i, (n, nq) in enumerate(zip(seq_lens.tolist(), query_lens.tolist(), strict=True)):
         if nq == 0:
             continue
-        k = _gather(k_cache, block_tables[i], n)[None]
-        v = _gather(v_cache, block_tables[i], n)[None]
+        k = gather_blocks(k_cache, block_tables[i], n)[None]
+        v = gather_blocks(v_cache, block_tables[i], n)[None]
         qi = q[start : start + nq].transpose(0, 1)[None]  # [1, Hq, nq, D]
         res = attention(qi, k, v, causal=True, scale=scale, impl="torch")
         out[start : start + nq] = res[0].transpose(0, 1)
@@ -119,7 +73,7 @@ def _reference(q, k_cache, v_cache, block_tables, seq_lens, query_lens, scale: f
 
 
 def paged_attention_reference(q, k_cache, v_cache, block_tables, seq_lens, query_lens, *, scale=None):
-    """The torch reference of :func:`paged_attention`."""
+    """The torch reference of :func:`paged_attention` (defines its meaning)."""
     return paged_attention(q, k_cache, v_cache, block_tables, seq_lens, query_lens, scale=scale, impl="torch")
 
 
@@ -133,29 +87,48 @@ def paged_attention(
     *,
     scale: float | None = None,
     impl: str = "auto",
+    max_seq_len: int | None = None,
+    max_query_len: int | None = None,
+    check: bool = True,
 ) -> torch.Tensor:
-    """Causal attention of packed queries over a paged KV cache (see the module doc).
+    """Causal attention of packed queries over a paged KV cache, batch-invariant.
 
     Parameters
     ----------
     q : Tensor ``[total_q, Hq, D]``
     k_cache, v_cache : Tensor ``[num_blocks, Hkv, block_size, D]``
-    block_tables : int tensor ``[B, max_blocks]``
-    seq_lens, query_lens : int tensors ``[B]``
+    block_tables : int tensor ``[B, max_blocks]`` (on ``q``'s device)
+    seq_lens, query_lens : int tensors ``[B]`` (on ``q``'s device)
     scale : defaults to ``1 / sqrt(D)``
-    impl : ``"auto"`` | ``"torch"`` | ``"native"`` (``"auto"`` is native on CPU when built)
+    impl : ``"auto"`` | ``"torch"`` | ``"native"`` | ``"triton"`` (``"auto"``: native on
+        CPU when built, Triton on CUDA)
+    max_seq_len, max_query_len : host-side upper bounds of ``seq_lens`` / ``query_lens``
+        (default: ``block_tables.shape[1] * block_size`` and ``q.shape[0]``). They size
+        the launch grid and workspace only, never the bits; fix them to capture one
+        CUDA graph that is valid for every batch within them.
+    check : validate lengths and table entries (one device sync). With ``False`` only
+        the host-side checks run; the caller promises valid values (a broken promise
+        gives wrong values for that call, never an out-of-bounds access).
 
     Returns
     -------
     Tensor ``[total_q, Hq, D]`` of ``q``'s dtype.
     """
-    check_paged_args(q, k_cache, v_cache, block_tables, seq_lens, query_lens)
+    check_paged_shapes(q, k_cache, v_cache, block_tables, seq_lens, query_lens)
+    seq_cap, query_cap = paged_capacities(q, k_cache, block_tables, max_seq_len, max_query_len)
+    if check:
+        check_paged_values(q, k_cache, block_tables, seq_lens, query_lens, seq_cap, query_cap)
     scale = resolve_scale(scale, q.shape[-1])
     if q.numel() == 0:
         return q.new_zeros(q.shape)
-    if impl == "triton":
-        raise InvalidArgumentError("paged_attention has no Triton kernel; use 'auto', 'native' or 'torch'")
-    if resolve_impl(impl, q) == "native":
+    which = resolve_impl(impl, q)
+    if which == "triton":
+        from reasonserve.ops.triton.paged_attention import invariant_config, paged_attention_triton
+
+        config = invariant_config(q, k_cache)
+        return paged_attention_triton(q, k_cache, v_cache, block_tables, seq_lens, query_lens, scale,
+                                      seq_cap, config)  # fmt: skip
+    if which == "native":
         row_seq, row_keys = query_rows(seq_lens, query_lens)
         out = _native_calls.paged(q, k_cache, v_cache, block_tables, row_seq, row_keys, float(scale))
         return out.to(q.dtype)

@@ -5,7 +5,7 @@ candidates with the PRM (the score of a partial path is its latest step's score)
 moves finished candidates aside and keeps the ``beam_width`` best live ones. It ends
 when ``beam_width`` paths have finished, at ``max_depth``, or when the allocation
 ``policy`` denies (knob = rounds; certainty = the PRM aggregate of the best finished
-path, :class:`~reasonserve.certainindex.reward.RewardCertainty`). The answer is the
+path, :class:`~reasonserve.certainindex.estimators.reward.RewardCertainty`). The answer is the
 finished path with the best aggregate score.
 """
 
@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from reasonserve.certainindex.allocation import EvenPolicy, ProgramStatus
 from reasonserve.certainindex.answers import extract_answer
-from reasonserve.certainindex.reward import RewardCertainty
+from reasonserve.certainindex.estimators.reward import RewardCertainty
 from reasonserve.clients.protocol import EngineClient
 from reasonserve.core.errors import InvalidArgumentError
 from reasonserve.programs._inflight import InFlight, run_guarded

@@ -5,7 +5,7 @@ Each iteration selects a leaf from the root by UCT (``c_puct``), expands it with
 ``expansions`` sampled next steps, scores them with the reward model and backs the mean
 reward up the path. The allocation ``policy`` is asked before each iteration (knob =
 iterations; certainty = mean normalized reward of the finished paths,
-:class:`~reasonserve.certainindex.reward.RewardCertainty`). The answer is the finished
+:class:`~reasonserve.certainindex.estimators.reward.RewardCertainty`). The answer is the finished
 path with the highest reward (the best leaf when none finished).
 """
 
@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 from reasonserve.certainindex.allocation import EvenPolicy, ProgramStatus
 from reasonserve.certainindex.answers import extract_answer
-from reasonserve.certainindex.reward import RewardCertainty
+from reasonserve.certainindex.estimators.reward import RewardCertainty
 from reasonserve.clients.protocol import EngineClient
 from reasonserve.core.errors import InvalidArgumentError
 from reasonserve.programs._inflight import InFlight, run_guarded

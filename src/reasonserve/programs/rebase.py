@@ -15,8 +15,8 @@ import math
 from dataclasses import dataclass, field
 
 from reasonserve.certainindex.allocation import EvenPolicy, ProgramStatus
-from reasonserve.certainindex.equivalence import AnswerClasses
-from reasonserve.certainindex.semantic_entropy import SemanticEntropy
+from reasonserve.certainindex.answers.equivalence import AnswerClasses
+from reasonserve.certainindex.estimators.semantic_entropy import SemanticEntropy
 from reasonserve.clients.protocol import EngineClient
 from reasonserve.core.errors import InvalidArgumentError
 from reasonserve.programs._inflight import InFlight, run_guarded

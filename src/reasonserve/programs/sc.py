@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 
 from reasonserve.certainindex.allocation import EvenPolicy, ProgramStatus
 from reasonserve.certainindex.answers import extract_answer
-from reasonserve.certainindex.equivalence import AnswerClasses
-from reasonserve.certainindex.semantic_entropy import SemanticEntropy
+from reasonserve.certainindex.answers.equivalence import AnswerClasses
+from reasonserve.certainindex.estimators.semantic_entropy import SemanticEntropy
 from reasonserve.clients.protocol import EngineClient, GenerateRequest
 from reasonserve.core.errors import InvalidArgumentError
 from reasonserve.programs._inflight import InFlight, run_guarded

@@ -82,3 +82,18 @@ def plot_savings(path: str | pathlib.Path, title: str, curves: dict[str, Sequenc
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return True
+
+
+def print_calibration(report: dict, kind: str, out) -> None:
+    """``reasonserve calibrate``: the setting chosen on everything, and how choosing holds up
+    out of sample (each fold's setting chosen without that fold)."""
+    unit = "trajectories" if "trajectories" in report else "questions"
+    held = report["calibrated"]
+    tolerance = 100 * report["tolerance"]
+    out.write(f"calibrate {kind}: {report[unit]} {unit}, tolerance {tolerance:.2f} accuracy points\n")
+    out.write(f"setting chosen on all of them: {report['chosen']}\n")
+    out.write(f"  use it with: reasonserve replay {kind} --setting {report['chosen_spec']}\n")
+    out.write(f"choice per held-out fold: {report['chosen_per_fold']}\n")
+    out.write(f"out of sample (each fold replayed with the setting chosen without it): accuracy "
+              f"{held['accuracy']:.4f} vs {held['baseline_accuracy']:.4f}, "
+              f"savings {100 * held['savings']:.1f}%\n")  # fmt: skip

@@ -26,7 +26,7 @@ import pathlib
 import re
 
 from reasonserve.certainindex.answers import extract_boxed, normalize_answer, stated_answer
-from reasonserve.certainindex.equivalence import AnswerClasses, equivalent
+from reasonserve.certainindex.answers.equivalence import AnswerClasses, equivalent
 from reasonserve.core.errors import InvalidArgumentError
 from reasonserve.recordings.jsonl import read_jsonl
 from reasonserve.replay.probe_rules import TokenWindowRule

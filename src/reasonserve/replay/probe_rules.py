@@ -12,9 +12,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from reasonserve.certainindex.calibration import Outcome
-from reasonserve.certainindex.probe_consistency import ProbeConsistency
+from reasonserve.certainindex.estimators.probe_consistency import ProbeConsistency
+from reasonserve.certainindex.estimators.tv_stability import TVStability
 from reasonserve.certainindex.stopping import StoppingRule
-from reasonserve.certainindex.tv_stability import TVStability
 from reasonserve.core.errors import InvalidArgumentError
 from reasonserve.replay.probe_runs import Trajectory
 

@@ -25,9 +25,8 @@ import pathlib
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from reasonserve.certainindex.answers import extract_probe_answer
-from reasonserve.certainindex.equivalence import AnswerClasses, equivalent
-from reasonserve.certainindex.probe_consistency import ProbeConsistency
+from reasonserve.certainindex.answers import AnswerClasses, equivalent, extract_probe_answer
+from reasonserve.certainindex.estimators import ProbeConsistency
 from reasonserve.certainindex.stopping import ProbeObservation
 from reasonserve.core.errors import InvalidArgumentError
 from reasonserve.recordings.jsonl import read_jsonl
@@ -244,7 +243,7 @@ def load_run(
     """All trajectories of one run folder, graded with ``grade(answer, target)``.
 
     ``grade`` is :func:`equivalent` by default; offline, a
-    :class:`~reasonserve.certainindex.grading.ReferenceGrader` grades with Math-Verify.
+    :class:`~reasonserve.certainindex.answers.grading.ReferenceGrader` grades with Math-Verify.
 
     Probes after ``tokens_used`` are dropped (they cannot be reached), and so are probe
     rows of no labelled trajectory; both are counted in ``skipped`` (when given) under

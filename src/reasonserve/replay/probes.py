@@ -16,11 +16,11 @@ from __future__ import annotations
 import glob
 import pathlib
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
+from reasonserve.certainindex.answers.equivalence import equivalent
 from reasonserve.certainindex.calibration import choose, cross_validate
-from reasonserve.certainindex.equivalence import equivalent
-from reasonserve.certainindex.probe_consistency import PRESETS
+from reasonserve.certainindex.estimators.probe_consistency import PRESETS
 from reasonserve.core.errors import InvalidArgumentError
 from reasonserve.replay import _report
 from reasonserve.replay.probe_rules import (
@@ -45,6 +45,7 @@ __all__ = [
 ]
 
 SWEEP = (2, 3, 5, 8, 12, 16, 24, 32, 48)
+Progress = Callable[[int, int, str], None]  # (done, total, what)
 
 # The setting `reasonserve calibrate probes` chooses on all 21 development runs (4,376
 # trajectories, tolerance 0.5 points). Replayed unchanged on any other recordings, it
@@ -58,12 +59,18 @@ def calibration_candidates() -> list[TokenWindowRule]:
 
 
 def run_folders(
-    runs: Sequence[str] | None, runs_glob: str | None, data_root: pathlib.Path
+    runs: Sequence[str] | None, runs_glob: str | None, data_root: pathlib.Path | None
 ) -> list[pathlib.Path]:
+    """The ``--run`` folders, else those ``--runs`` matches, else ``data_root/probes/*``."""
     if runs:
         folders = [pathlib.Path(r) for r in runs]
     else:
-        pattern = runs_glob or str(data_root / "probes" / "*")
+        if runs_glob is not None:
+            pattern = runs_glob
+        elif data_root is not None:
+            pattern = str(data_root / "probes" / "*")
+        else:
+            raise InvalidArgumentError("no probe runs named: give --run DIR, --runs GLOB or a data root")
         folders = sorted(pathlib.Path(p) for p in glob.glob(pattern) if pathlib.Path(p).is_dir())
     if not folders:
         raise InvalidArgumentError("no probe run folders found (use --run DIR or --runs GLOB)")
@@ -108,21 +115,28 @@ def replay_probes(
     setting: str = "dev",
     grade=equivalent,
     stopping: bool = False,
+    progress: Progress | None = None,
 ) -> dict:
     """Replay probe-run folders (see module docstring), grading answers with ``grade``.
 
     ``stopping``: add the early-exit section (:mod:`reasonserve.replay.stop_report`)
     under ``"stopping"``. Rows that were read but not replayed are counted in ``"skipped"``.
+    ``progress(done, total, what)`` hears of each run loaded and each stage after.
     """
     rule = headline_rule(setting, DEV_SETTING)  # a bad setting fails before the runs are read
     skipped: dict[str, int] = {}
-    trajs = [t for f in folders for t in load_run(f, grade=grade, skipped=skipped)]
-    report = replay_trajectories(trajs, runs=[f.name for f in folders], tolerance=tolerance, headline=rule)
+    trajs = []
+    for i, folder in enumerate(folders):
+        trajs += load_run(folder, grade=grade, skipped=skipped)
+        if progress is not None:
+            progress(i + 1, len(folders), "runs loaded")
+    report = replay_trajectories(trajs, runs=[f.name for f in folders], tolerance=tolerance, headline=rule,
+                                 progress=progress)  # fmt: skip
     report["skipped"] = skipped
     if stopping:
         from reasonserve.replay.stop_report import stopping_report
 
-        report["stopping"] = stopping_report(trajs)
+        report["stopping"] = stopping_report(trajs, progress=progress)
     return report
 
 
@@ -134,6 +148,7 @@ def replay_trajectories(
     title: str = "replay probes",
     headline: TokenWindowRule | None = DEV_SETTING,
     headline_label: str = "setting",
+    progress: Progress | None = None,
 ) -> dict:
     """Rules, sweep, oracle, the headline setting and the cross-validated rule on ``trajs``.
 
@@ -147,7 +162,7 @@ def replay_trajectories(
     # Presets replay at the recorded probe interval (crazy's 32-token interval cannot).
     presets = [(f"preset {n} (window {w})", WindowRule(w)) for n, (w, _) in PRESETS.items()]
     tv = [TVRule(k, e) for k in (4, 8, 16) for e in (0.1, 0.25)]
-    cv = cross_validate(calibration_candidates(), evaluate, _folds(trajs), tolerance)
+    cv = cross_validate(calibration_candidates(), evaluate, _folds(trajs), tolerance, progress)
     calibrated = cv.pooled
     chosen, chosen_in_sample = choose(calibration_candidates(), evaluate, trajs, tolerance)
     base = evaluate(WindowRule(10**9), trajs)

@@ -15,11 +15,11 @@ from __future__ import annotations
 import math
 import pathlib
 from collections import Counter, defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from reasonserve.certainindex.calibration import Outcome, choose, cross_validate
-from reasonserve.certainindex.semantic_entropy import SemanticEntropy
+from reasonserve.certainindex.estimators.semantic_entropy import SemanticEntropy
 from reasonserve.core.errors import InvalidArgumentError
 from reasonserve.recordings.sc import SCQuestion, load_samples, make_question
 from reasonserve.replay import _report
@@ -186,7 +186,8 @@ def replay_sc(path: str | pathlib.Path, *, tolerance: float = 0.0, setting: str 
 
 
 def replay_questions(questions: Sequence[SCQuestion], *, source: str, tolerance: float = 0.0,
-                     unit: str = "samples", headline: SCRule | None = DEV_SETTING) -> dict:  # fmt: skip
+                     unit: str = "samples", headline: SCRule | None = DEV_SETTING,
+                     progress: Callable[[int, int, str], None] | None = None) -> dict:  # fmt: skip
     """Compare the named rules, the headline setting and the cross-validated rule on ``questions``.
 
     The top-level numbers describe ``headline`` (a fixed rule), or the calibrated,
@@ -196,7 +197,7 @@ def replay_questions(questions: Sequence[SCQuestion], *, source: str, tolerance:
         raise InvalidArgumentError(f"{source}: need at least 5 questions, got {len(questions)}")
     folds = [list(questions[i::5]) for i in range(5)]
     candidates = calibration_candidates(questions)
-    cv = cross_validate(candidates, evaluate, folds, tolerance)
+    cv = cross_validate(candidates, evaluate, folds, tolerance, progress)
     chosen, _ = choose(candidates, evaluate, questions, tolerance)
     named = [("first sample", SCRule(max_samples=1)), ("majority of all (baseline)", SCRule()),
              ("stop when 2 agree", SCRule(agree=2)), ("stop when 3 agree", SCRule(agree=3)),

@@ -29,7 +29,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from reasonserve.certainindex.semantic_entropy import SemanticEntropy
+from reasonserve.certainindex.estimators.semantic_entropy import SemanticEntropy
 from reasonserve.core.errors import InvalidArgumentError
 from reasonserve.replay._stats import kendall_tau_b, pearson
 

@@ -16,7 +16,7 @@ Beside the window rule it reports, on the same trajectories:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -85,24 +85,48 @@ def _curves(items) -> dict[str, list[tuple[str, Outcome]]]:
 def _named(labels, results) -> list[tuple[str, Outcome]]:
     return [(label, outcome) for label, (_, outcome) in zip(labels, results, strict=True)]
 
-def stopping_report(trajs: Sequence[Trajectory], *, delta: float = DELTA) -> dict:
-    """The section's numbers (see module docstring); ``_curves`` and ``_rows`` for printing."""
+def stopping_report(trajs: Sequence[Trajectory], *, delta: float = DELTA,
+                    progress: Callable[[int, int, str], None] | None = None) -> dict:  # fmt: skip
+    """The section's numbers (see module docstring); ``_curves`` and ``_rows`` for printing.
+
+    ``progress(done, total, what)`` hears of each of its five stages.
+    """
+    done = _Stages(progress, 5, "early-exit stages")
     trajs = list(trajs)
     shipped, window = default_rule(), window_rule()
     replays = {f"shipped default ({shipped.name})": _replayed(shipped, trajs),
                f"window rule ({window.name})": _replayed(window, trajs),
                "oracle (context)": _replayed(OracleRule(), trajs)}  # fmt: skip
+    done()
     items = streams(trajs)
+    done()
     section = {"delta": delta, "rules": {name: _rule_json(r) for name, r in replays.items()},
                "shipped_requires": sorted(shipped.requires)}  # fmt: skip
     if len({s.group[0] for s in items}) < 2 or len({s.group for s in items}) < 2:
         note = "cross-validation by model needs recordings of at least 2 models"
         return {**section, "cross_validated": note, "_rows": _rows(replays, {}, {}), "_curves": {}}
     by_model = cross_validate_streams(items, lambda s: s.group[0], TOLERANCES, delta)
+    done()
     by_group = cross_validate_streams(items, lambda s: "/".join(s.group), TOLERANCES, delta)
+    done()
     cv = {str(tol): _cv_json(by_model[tol], by_group[tol]) for tol in TOLERANCES}
-    return {**section, "cross_validated": cv, "_rows": _rows(replays, by_model, by_group),
-            "_curves": _curves(items)}  # fmt: skip
+    curves = _curves(items)
+    done()
+    return {**section, "cross_validated": cv, "_rows": _rows(replays, by_model, by_group), "_curves": curves}
+
+
+class _Stages:
+    """Calls ``progress(k, total, what)`` as each of ``total`` stages ends (nothing without one)."""
+
+    def __init__(self, progress, total: int, what: str) -> None:
+        self.progress, self.total, self.what, self.done = progress, total, what, 0
+        if progress is not None:
+            progress(0, total, what)
+
+    def __call__(self) -> None:
+        self.done += 1
+        if self.progress is not None:
+            self.progress(self.done, self.total, self.what)
 
 
 def _cv_json(m, g) -> dict:

@@ -1,8 +1,8 @@
 """Fit, calibrate and cross-validate learned early-exit rules on probe recordings.
 
 Every trajectory is turned into a :class:`Stream` by feeding its probes to the same
-:class:`~reasonserve.certainindex.stop_features.FeatureState` that a
-:class:`~reasonserve.certainindex.stop_learned.LogisticStopRule` runs online; the
+:class:`~reasonserve.certainindex.stopping.features.FeatureState` that a
+:class:`~reasonserve.certainindex.stopping.learned.LogisticStopRule` runs online; the
 score of a probe is that rule's ``score`` (``inf`` at the last probe before the budget
 when the rule exits there), so a threshold's first crossing here is the rule's first
 stop online (tested). A probe is labelled 1 when exiting there costs
@@ -11,10 +11,10 @@ last one of the passing prefix of a Clopper-Pearson risk test
 (:func:`~reasonserve.certainindex.conformal.choose_threshold`), thresholds ordered from
 the most conservative. Folds: by model (leave one model out) and by (model, dataset).
 
-Regenerate the shipped rule (``certainindex/stop_default.py``) with::
+Regenerate the shipped rule (``certainindex/stopping/shipped_rule.py``) with::
 
     python -m reasonserve.replay.stop_training --data ../shared/data \\
-        --out src/reasonserve/certainindex/stop_default.py
+        --out src/reasonserve/certainindex/stopping/shipped_rule.py
 """
 
 from __future__ import annotations
@@ -27,8 +27,8 @@ import numpy as np
 
 from reasonserve.certainindex.calibration import Outcome
 from reasonserve.certainindex.conformal import ThresholdRisk, choose_threshold
-from reasonserve.certainindex.stop_features import FEATURE_NAMES, FeatureState
-from reasonserve.certainindex.stop_learned import LogisticStopRule, fit_logistic
+from reasonserve.certainindex.stopping.features import FEATURE_NAMES, FeatureState
+from reasonserve.certainindex.stopping.learned import LogisticStopRule, fit_logistic
 from reasonserve.core.errors import InvalidArgumentError
 from reasonserve.replay.probe_runs import Trajectory
 
@@ -283,7 +283,7 @@ def held_out_scores(items: Sequence[Stream], key: Callable[[Stream], str]) -> li
     return scores
 
 def write_default(rule: LogisticStopRule, path: str, source: str) -> None:
-    """Write ``rule`` as the Python constant module ``certainindex/stop_default.py``."""
+    """Write ``rule`` as the Python constant module ``certainindex/stopping/shipped_rule.py``."""
     import pprint
 
     body = pprint.pformat(rule.to_json(), width=100, compact=True, sort_dicts=False)

@@ -38,8 +38,7 @@ from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 from reasonserve.certainindex.allocation import ProgramStatus
-from reasonserve.certainindex.reward import RewardCertainty
-from reasonserve.certainindex.semantic_entropy import SemanticEntropy
+from reasonserve.certainindex.estimators import RewardCertainty, SemanticEntropy
 from reasonserve.core.errors import InvalidArgumentError
 from reasonserve.core.policy import check_policy, policy_name
 from reasonserve.core.views import ProgramView, SchedulerView

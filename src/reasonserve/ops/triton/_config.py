@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 import torch
 
 
@@ -20,12 +22,16 @@ def row_block(n: int, t: torch.Tensor) -> int:
     return max(16, min(cap, 1 << max(n - 1, 0).bit_length()))
 
 
+@functools.cache
+def _cuda_sm_count(index: int) -> int:
+    return torch.cuda.get_device_properties(index).multi_processor_count
+
+
+def sm_count(t: torch.Tensor) -> int:
+    """Streaming multiprocessors of ``t``'s GPU (the interpreter pretends 4)."""
+    return _cuda_sm_count(t.device.index or 0) if on_gpu(t) else 4
+
+
 def num_programs(t: torch.Tensor, work_items: int) -> int:
     """Persistent-kernel grid size: one program per SM (interpreter: 4)."""
-    if on_gpu(t):
-        sms = torch.cuda.get_device_properties(t.device).multi_processor_count
-        return max(1, min(sms, work_items))
-    return max(1, min(4, work_items))
-
-
-
+    return max(1, min(sm_count(t), work_items))

@@ -1,4 +1,4 @@
-"""Row kernels: RMSNorm, softmax / log-softmax and mean, one program per row.
+"""Row kernels: softmax / log-softmax and mean, one program per row (RMSNorm: ``rms_norm.py``).
 
 Each program walks its row in fixed ``BLOCK`` chunks (a function of the row length
 only) accumulating a per-lane vector, then reduces that vector once: the order of
@@ -15,26 +15,14 @@ from reasonserve.ops.triton._config import row_block
 
 
 @triton.jit
-def _sum_kernel(x_ptr, y_ptr, N, stride_x, SQUARE: tl.constexpr, BLOCK: tl.constexpr):
+def _mean_kernel(x_ptr, y_ptr, N, stride_x, BLOCK: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)
     acc = tl.zeros((BLOCK,), dtype=tl.float32)
     for start in range(0, N, BLOCK):
         cols = start + tl.arange(0, BLOCK)
         x = tl.load(x_ptr + row * stride_x + cols, mask=cols < N, other=0.0).to(tl.float32)
-        acc += x * x if SQUARE else x
+        acc += x
     tl.store(y_ptr + row, tl.sum(acc, axis=0) / N)
-
-
-@triton.jit
-def _scale_kernel(x_ptr, w_ptr, ms_ptr, y_ptr, N, stride_x, stride_y, eps, BLOCK: tl.constexpr):
-    row = tl.program_id(0).to(tl.int64)
-    inv = 1.0 / tl.sqrt(tl.load(ms_ptr + row) + eps)
-    for start in range(0, N, BLOCK):
-        cols = start + tl.arange(0, BLOCK)
-        x = tl.load(x_ptr + row * stride_x + cols, mask=cols < N, other=0.0)
-        w = tl.load(w_ptr + cols, mask=cols < N, other=0.0).to(tl.float32)
-        normed = (x.to(tl.float32) * inv).to(x.dtype).to(tl.float32)
-        tl.store(y_ptr + row * stride_y + cols, (w * normed).to(y_ptr.dtype.element_ty), mask=cols < N)
 
 
 @triton.jit
@@ -60,33 +48,14 @@ def _softmax_kernel(x_ptr, y_ptr, N, stride_x, stride_y, LOG: tl.constexpr, BLOC
         tl.store(y_ptr + row * stride_y + cols, y.to(y_ptr.dtype.element_ty), mask=cols < N)
 
 
-def _row_stat(rows: torch.Tensor, square: bool) -> torch.Tensor:
+def mean_triton(rows: torch.Tensor) -> torch.Tensor:
+    """``[M, N]`` -> ``[M]`` mean per row, in the input dtype."""
     rows = rows.contiguous()
     out = torch.empty(rows.shape[0], dtype=torch.float32, device=rows.device)
     if rows.shape[0]:
         n = rows.shape[1]
-        _sum_kernel[(rows.shape[0],)](rows, out, n, rows.stride(0), SQUARE=square, BLOCK=row_block(n, rows))
-    return out
-
-
-def mean_triton(rows: torch.Tensor) -> torch.Tensor:
-    """``[M, N]`` -> ``[M]`` mean per row, in the input dtype."""
-    return _row_stat(rows, square=False).to(rows.dtype)
-
-
-def rms_norm_triton(rows: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    """``[M, N]`` RMSNorm scaled by ``weight [N]``; dtype promoted as ``weight * x``."""
-    rows = rows.contiguous()
-    mean_sq = _row_stat(rows, square=True)
-    out_dtype = torch.promote_types(rows.dtype, weight.dtype)
-    out = torch.empty(rows.shape, dtype=out_dtype, device=rows.device)
-    if rows.shape[0]:
-        n = rows.shape[1]
-        _scale_kernel[(rows.shape[0],)](
-            rows, weight.contiguous(), mean_sq, out, n, rows.stride(0), out.stride(0), eps,
-            BLOCK=row_block(n, rows),
-        )
-    return out
+        _mean_kernel[(rows.shape[0],)](rows, out, n, rows.stride(0), BLOCK=row_block(n, rows))
+    return out.to(rows.dtype)
 
 
 def softmax_triton(rows: torch.Tensor, *, log: bool) -> torch.Tensor:
@@ -101,4 +70,4 @@ def softmax_triton(rows: torch.Tensor, *, log: bool) -> torch.Tensor:
     return out
 
 
-__all__ = ["mean_triton", "rms_norm_triton", "softmax_triton"]
+__all__ = ["mean_triton", "softmax_triton"]

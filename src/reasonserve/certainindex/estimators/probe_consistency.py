@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 import torch
 
 from reasonserve.certainindex._validate import check_threshold, check_window
-from reasonserve.certainindex.equivalence import AnswerClasses
+from reasonserve.certainindex.answers.equivalence import MAX_STEPS, AnswerClasses
 from reasonserve.core.errors import InvalidArgumentError
 
 __all__ = ["HESITATION_WORDS", "PRESETS", "ProbeConsistency", "ProbeConsistencyState", "ProbeTracker"]
@@ -124,9 +124,9 @@ class ProbeConsistency:
 class ProbeTracker:
     """One program's probe stream from raw text: classes, confidence, certainty."""
 
-    def __init__(self, estimator: ProbeConsistency, *, time_limit_s: float = 0.1) -> None:
+    def __init__(self, estimator: ProbeConsistency, *, max_steps: int = MAX_STEPS) -> None:
         self.estimator = estimator
-        self.classes = AnswerClasses(time_limit_s=time_limit_s)
+        self.classes = AnswerClasses(max_steps=max_steps)
         self.state = estimator.start()
         self.last_class = -1
 

@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import re
 
-from reasonserve.certainindex import _mathexpr as mx
-from reasonserve.certainindex._structures import split_parts, top_level_split
-from reasonserve.certainindex._values import parsed, proportional
-from reasonserve.certainindex._verdict import Compare, Verdict, all_equal
+from reasonserve.certainindex.answers import _mathexpr as mx
+from reasonserve.certainindex.answers._structures import split_parts, top_level_split
+from reasonserve.certainindex.answers._values import parsed, proportional
+from reasonserve.certainindex.answers._verdict import Compare, Verdict, all_equal
+from reasonserve.certainindex.answers._work import Work
 
 _OPERATOR = re.compile(r"<=|>=|!=|<|>|=")
 # "x", "abc", "a_{37}", "(p,q)", "f(x)", "P(4)", "|AB|": a name whose value an answer may state
@@ -81,7 +82,7 @@ def as_interval(s: str) -> str | None:
     return None
 
 
-def compare_relations(na: str, nb: str, cmp: Compare, deadline: float) -> Verdict:
+def compare_relations(na: str, nb: str, cmp: Compare, work: Work) -> Verdict:
     """Both sides relations (same shape), or one a relation the other an interval."""
     ra, rb = split_relation(na), split_relation(nb)
     if ra is None or rb is None:
@@ -94,7 +95,7 @@ def compare_relations(na: str, nb: str, cmp: Compare, deadline: float) -> Verdic
             return Verdict.DIFFERENT
         return _chain_intervals(na, nb, cmp)
     if len(oa) == 1:
-        return _compare_single(pa, pb, oa[0], cmp, deadline)
+        return _compare_single(pa, pb, oa[0], cmp, work)
     return all_equal(cmp(x, y) for x, y in zip(pa, pb, strict=True))
 
 
@@ -103,7 +104,7 @@ def _chain_intervals(na: str, nb: str, cmp: Compare) -> Verdict:
     return cmp(ia, ib) if ia is not None and ib is not None else Verdict.DIFFERENT
 
 
-def _compare_single(pa: list[str], pb: list[str], op: str, cmp: Compare, deadline: float) -> Verdict:
+def _compare_single(pa: list[str], pb: list[str], op: str, cmp: Compare, work: Work) -> Verdict:
     if cmp(pa[0], pb[0]) is Verdict.EQUAL and cmp(pa[1], pb[1]) is Verdict.EQUAL:
         return Verdict.EQUAL
     if op in ("=", "!=") and cmp(pa[0], pb[1]) is Verdict.EQUAL and cmp(pa[1], pb[0]) is Verdict.EQUAL:
@@ -113,4 +114,4 @@ def _compare_single(pa: list[str], pb: list[str], op: str, cmp: Compare, deadlin
         return Verdict.UNKNOWN
     if not (mx.variables(trees[0]) or mx.variables(trees[1])):
         return Verdict.DIFFERENT
-    return proportional(trees[0], trees[1], deadline, positive=op not in ("=", "!="))
+    return proportional(trees[0], trees[1], work, positive=op not in ("=", "!="))

@@ -11,13 +11,14 @@ Empty answers are not counted.
 from __future__ import annotations
 
 import math
+import operator
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import torch
 
-from reasonserve.core.errors import InvalidArgumentError
+from reasonserve.core.errors import InvalidArgumentError, InvalidTypeError
 
 __all__ = ["SemanticEntropy", "SemanticEntropyState", "entropy_certainty"]
 
@@ -72,10 +73,14 @@ class SemanticEntropy:
         return _certainty_from_counts(counts)
 
     def score(self, class_ids: Sequence[int]) -> float:
+        """Certainty of one program from its answers' class ids (-1 = not counted).
+
+        Answers are strings; group them first: ``score(group_answers(answers))``.
+        """
         state = self.start()
         value = 0.0
         for c in class_ids:
-            value = self.update(state, int(c))
+            value = self.update(state, c)
         return value if class_ids else 0.0
 
     def start(self) -> SemanticEntropyState:
@@ -83,6 +88,7 @@ class SemanticEntropy:
 
     def update(self, state: SemanticEntropyState, class_id: int) -> float:
         """Add one answer's class id (-1 = not counted); returns the certainty. O(groups)."""
+        class_id = _class_id(class_id)
         if class_id >= 0:
             state.counts[class_id] += 1
         n = sum(state.counts.values())
@@ -90,3 +96,20 @@ class SemanticEntropy:
             return float(n)
         h = -sum((c / n) * math.log(c / n) for c in state.counts.values())
         return max(0.0, min(1.0, (math.log(n) - h) / math.log(n)))
+
+
+def _class_id(value) -> int:
+    """``value`` as an integer class id; a string or float is a typed error, with the fix."""
+    try:
+        if isinstance(value, bool):
+            raise TypeError
+        class_id = operator.index(value)
+    except TypeError:
+        hint = " (an answer string? group answers first: score(group_answers(answers)))"
+        raise InvalidTypeError(
+            f"class ids must be integers >= -1, got {type(value).__name__} {value!r:.40}"
+            + (hint if isinstance(value, str) else "")
+        ) from None
+    if class_id < -1:
+        raise InvalidArgumentError(f"class ids must be integers >= -1, got {class_id}")
+    return class_id

@@ -28,9 +28,9 @@ import re
 
 import numpy as np
 
-from reasonserve.certainindex import _normalize
-from reasonserve.certainindex._mathspans import chained, math_spans, top_level_boxes
-from reasonserve.certainindex._normalize import balanced_group
+from reasonserve.certainindex.answers import _normalize
+from reasonserve.certainindex.answers._mathspans import chained, math_spans, top_level_boxes
+from reasonserve.certainindex.answers._normalize import balanced_group
 from reasonserve.core.errors import InvalidTypeError
 
 __all__ = [

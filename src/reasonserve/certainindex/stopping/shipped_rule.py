@@ -1,7 +1,7 @@
 """The shipped learned stopping rule (generated; do not edit).
 
 Fitted by `python -m reasonserve.replay.stop_training --data ../shared/data --tolerance 0.005 --delta 0.1
---out src/reasonserve/certainindex/stop_default.py` on 4376 trajectories from 21 probe runs.
+--out src/reasonserve/certainindex/stopping/shipped_rule.py` on 4376 trajectories from 21 probe runs.
 """
 
 __all__ = ["DEFAULT_RULE"]

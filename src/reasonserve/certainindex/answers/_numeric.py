@@ -15,7 +15,7 @@ import math
 from collections.abc import Callable
 from fractions import Fraction
 
-from reasonserve.certainindex._mathexpr import Node
+from reasonserve.certainindex.answers._mathexpr import Node
 
 MAX_BITS = 8192
 MAX_FACTORIAL = 1000

@@ -5,7 +5,8 @@ written as a decimal with at least :data:`ROUNDED_MIN_PLACES` places is a rounde
 and matches anything that rounds to it at its own precision, capped at 15 significant
 digits (``2.6667`` is ``8/3``, ``1.99`` is not ``2``); other irrational values compare
 as floats with a relative tolerance of 1e-9. Huge values (:class:`._numeric.Huge`) and undefined ones are
-UNKNOWN. Expressions with variables are evaluated at fixed pseudo-random points.
+UNKNOWN. Expressions with variables are evaluated at fixed pseudo-random points. Each
+evaluation of the two trees costs their node count from the comparison's :class:`Work`.
 """
 
 from __future__ import annotations
@@ -13,12 +14,12 @@ from __future__ import annotations
 import functools
 import math
 import random
-import time
 from fractions import Fraction
 
-from reasonserve.certainindex import _mathexpr as mx
-from reasonserve.certainindex._numeric import Huge, approx, exact
-from reasonserve.certainindex._verdict import Verdict
+from reasonserve.certainindex.answers import _mathexpr as mx
+from reasonserve.certainindex.answers._numeric import Huge, approx, exact
+from reasonserve.certainindex.answers._verdict import Verdict
+from reasonserve.certainindex.answers._work import Work
 
 ROUNDED_MIN_PLACES = 2
 _SYMBOLIC_POINTS = 6
@@ -29,7 +30,7 @@ _PERCENT_SCALES = (Fraction(1), Fraction(100), Fraction(1, 100))
 def parsed(text: str) -> mx.Node | None:
     """Parse once per distinct normalized answer (memoized: parsing is pure)."""
     try:
-        return mx.parse(text, deadline=time.thread_time() + 0.02)
+        return mx.parse(text)
     except (mx.ExprError, RecursionError, ValueError):
         return None
 
@@ -54,15 +55,15 @@ def decimal_places(tree: mx.Node) -> int | None:
     return None
 
 
-def compare_values(na: str, nb: str, deadline: float, percent: bool) -> Verdict:
+def compare_values(na: str, nb: str, work: Work, percent: bool) -> Verdict:
     ta, tb = parsed(na), parsed(nb)
-    if ta is None or tb is None or time.thread_time() > deadline:
+    if ta is None or tb is None:
         return Verdict.UNKNOWN
     names = sorted(mx.variables(ta) | mx.variables(tb))
     try:
         if not names:
-            return _compare_constants(ta, tb, percent)
-        return compare_symbolic(ta, tb, deadline)
+            return _compare_constants(ta, tb, percent) if work.spend(ta.size + tb.size) else Verdict.UNKNOWN
+        return compare_symbolic(ta, tb, work)
     except (Huge, ZeroDivisionError, ValueError, OverflowError):
         return Verdict.UNKNOWN
 
@@ -101,15 +102,15 @@ def _same_number(a: Fraction | float, b: Fraction | float, places: int | None) -
     return math.isclose(fa, fb, rel_tol=1e-9, abs_tol=1e-12)
 
 
-def _samples(ta: mx.Node, tb: mx.Node, seed: int, deadline: float):
+def _samples(ta: mx.Node, tb: mx.Node, seed: int, work: Work):
     """``(x, y)`` values of both trees at fixed pseudo-random points (same every run).
 
-    Points where a value is huge or undefined are skipped; ``None`` marks the deadline.
+    Points where a value is huge or undefined are skipped; ``None`` marks a spent budget.
     """
     names = sorted(mx.variables(ta) | mx.variables(tb))
     rng = random.Random(len(names) * 1_000_003 + seed)
     for _ in range(_SYMBOLIC_POINTS):
-        if time.thread_time() > deadline:
+        if not work.spend(ta.size + tb.size):
             yield None
             return
         env = {n: rng.uniform(0.3, 2.7) for n in names}
@@ -121,10 +122,10 @@ def _samples(ta: mx.Node, tb: mx.Node, seed: int, deadline: float):
             yield x, y
 
 
-def compare_symbolic(ta: mx.Node, tb: mx.Node, deadline: float) -> Verdict:
+def compare_symbolic(ta: mx.Node, tb: mx.Node, work: Work) -> Verdict:
     """Equal when both trees agree (relative 1e-7) at three or more of the sample points."""
     agreeing = 0
-    for sample in _samples(ta, tb, 17, deadline):
+    for sample in _samples(ta, tb, 17, work):
         if sample is None:
             return Verdict.UNKNOWN
         if not math.isclose(*sample, rel_tol=1e-7, abs_tol=1e-10):
@@ -133,10 +134,10 @@ def compare_symbolic(ta: mx.Node, tb: mx.Node, deadline: float) -> Verdict:
     return Verdict.EQUAL if agreeing >= 3 else Verdict.UNKNOWN
 
 
-def proportional(ta: mx.Node, tb: mx.Node, deadline: float, *, positive: bool) -> Verdict:
+def proportional(ta: mx.Node, tb: mx.Node, work: Work, *, positive: bool) -> Verdict:
     """Whether ``ta = c * tb`` for one constant ``c != 0`` (``c > 0`` when ``positive``)."""
     ratios: list[float] = []
-    for sample in _samples(ta, tb, 3, deadline):
+    for sample in _samples(ta, tb, 3, work):
         if sample is None:
             return Verdict.UNKNOWN
         x, y = sample

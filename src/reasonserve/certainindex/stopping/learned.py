@@ -28,11 +28,12 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from reasonserve.certainindex.stop_features import FEATURE_GROUPS, FEATURE_NAMES, FeatureState
-from reasonserve.certainindex.stopping import ProbeObservation, StopDecision
+from reasonserve.certainindex.stopping.features import FEATURE_GROUPS, FEATURE_NAMES, FeatureState
+from reasonserve.certainindex.stopping.observation import ProbeObservation, StopDecision, StoppingRule
+from reasonserve.certainindex.stopping.shipped_rule import DEFAULT_RULE
 from reasonserve.core.errors import InvalidArgumentError
 
-__all__ = ["LogisticStopRule", "fit_logistic"]
+__all__ = ["LogisticStopRule", "default_rule", "fit_logistic"]
 
 # Which signal each feature reads (a rule requires the signals of its non-zero weights).
 _SIGNAL_OF = {name: signal for signal, names in FEATURE_GROUPS.items() for name in names}
@@ -176,3 +177,10 @@ def fit_logistic(
     weights = tuple(0.0 if constant[j] else float(v) for j, v in enumerate(beta[:-1]))
     return LogisticStopRule(weights, tuple(map(float, means)), tuple(map(float, scales)),
                             float(beta[-1]), 1.0)  # fmt: skip
+
+
+def default_rule() -> StoppingRule:
+    """The shipped rule: the learned rule of ``shipped_rule.py``, fitted and calibrated on
+    the development recordings by ``python -m reasonserve.replay.stop_training`` and
+    applied unchanged (docs/certainindex.md)."""
+    return LogisticStopRule.from_json(DEFAULT_RULE)

@@ -32,10 +32,10 @@ import math
 import re
 from collections import deque
 
-from reasonserve.certainindex.answers import extract_boxed, stated_answer
-from reasonserve.certainindex.equivalence import AnswerClasses
-from reasonserve.certainindex.probe_consistency import HESITATION_WORDS
-from reasonserve.certainindex.stopping import MAX_COMPARED, ProbeObservation
+from reasonserve.certainindex.answers.equivalence import AnswerClasses
+from reasonserve.certainindex.answers.extract import extract_boxed, stated_answer
+from reasonserve.certainindex.estimators.probe_consistency import HESITATION_WORDS
+from reasonserve.certainindex.stopping.observation import MAX_COMPARED, ProbeObservation
 from reasonserve.core.errors import InvalidArgumentError
 
 __all__ = ["FEATURE_GROUPS", "FEATURE_NAMES", "FeatureState", "text_features"]

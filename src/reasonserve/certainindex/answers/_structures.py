@@ -13,10 +13,10 @@
 from __future__ import annotations
 
 import re
-import time
 
-from reasonserve.certainindex._values import exact_value
-from reasonserve.certainindex._verdict import Compare, Verdict, all_equal
+from reasonserve.certainindex.answers._values import exact_value
+from reasonserve.certainindex.answers._verdict import Compare, Verdict, all_equal
+from reasonserve.certainindex.answers._work import Work
 
 MAX_ITEMS = 256
 MAX_PAIR_CHECKS = 400  # pairwise element comparisons per unordered list comparison
@@ -86,7 +86,7 @@ def split_items(s: str) -> Items | None:
     return ("", "", parts) if 1 < len(parts) <= MAX_ITEMS and all(parts) else None
 
 
-def compare_items(la: Items | None, lb: Items | None, cmp: Compare, deadline: float) -> Verdict:
+def compare_items(la: Items | None, lb: Items | None, cmp: Compare, work: Work) -> Verdict:
     if la is None or lb is None:
         return Verdict.DIFFERENT
     (oa, ca, pa), (ob, cb, pb) = la, lb
@@ -99,10 +99,10 @@ def compare_items(la: Items | None, lb: Items | None, cmp: Compare, deadline: fl
         ordered = all_equal(cmp(x, y) for x, y in zip(pa, pb, strict=True))
     if ordered is Verdict.EQUAL or oa not in ("", "cup"):
         return ordered
-    return _compare_unordered(pa, pb, cmp, deadline)
+    return _compare_unordered(pa, pb, cmp, work)
 
 
-def _compare_unordered(pa: list[str], pb: list[str], cmp: Compare, deadline: float) -> Verdict:
+def _compare_unordered(pa: list[str], pb: list[str], cmp: Compare, work: Work) -> Verdict:
     """Every element of each side has an equal on the other side.
 
     Same strings, or (no decimals) the same exact values, settle it in linear time;
@@ -114,7 +114,7 @@ def _compare_unordered(pa: list[str], pb: list[str], cmp: Compare, deadline: flo
     if keys_a is not None and keys_b is not None:
         return Verdict.EQUAL if keys_a == keys_b else Verdict.DIFFERENT
     budget = [MAX_PAIR_CHECKS]
-    return all_equal((_covered(pa, pb, cmp, deadline, budget), _covered(pb, pa, cmp, deadline, budget)))
+    return all_equal((_covered(pa, pb, cmp, work, budget), _covered(pb, pa, cmp, work, budget)))
 
 
 def _exact_keys(parts: list[str]) -> set | None:
@@ -130,14 +130,14 @@ def _exact_keys(parts: list[str]) -> set | None:
     return keys
 
 
-def _covered(pa: list[str], pb: list[str], cmp: Compare, deadline: float, budget: list[int]) -> Verdict:
+def _covered(pa: list[str], pb: list[str], cmp: Compare, work: Work, budget: list[int]) -> Verdict:
     unknown = False
     for x in pa:
         if x in pb:
             continue
         for y in pb:
             budget[0] -= 1
-            if time.thread_time() > deadline or budget[0] < 0:
+            if work.left < 0 or budget[0] < 0:
                 return Verdict.UNKNOWN
             verdict = cmp(x, y)
             if verdict is Verdict.EQUAL:

@@ -1,4 +1,4 @@
-"""Interim ``reasonserve demo``: batch invariance of a transformer block.
+"""``reasonserve demo-ops``: batch invariance of a transformer block.
 
 The same prompt runs through a small pre-norm transformer block (RMSNorm, causal
 multi-head attention, SiLU MLP — written with plain ``torch.nn.functional`` calls)
