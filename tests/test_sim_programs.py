@@ -127,7 +127,7 @@ def _workloads():
 POLICIES = {"dynasor": DynasorPolicy, "app_fifo": AppFIFOPolicy, "lpm": LPMPolicy}
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(*_workloads())
 def test_no_request_lost_or_duplicated_and_deterministic(specs, plan, policy):
     progs = [_program(f"g{i}", t, ans, toks[: len(ans)]) for i, (ans, t, toks) in enumerate(specs)]
@@ -157,18 +157,19 @@ def test_no_request_lost_or_duplicated_and_deterministic(specs, plan, policy):
 
 def _starvation_case(bound, gap, stream_s):
     """A big program L (4 samples) behind a stream of 1-sample programs that alone keeps a
-    one-seat instance busy: approximate SJF always prefers the small ones."""
-    progs = [_program("S000", 0.0, "1", [40]), _program("L", 0.001, "1111", [60] * 4)]
-    progs += [_program(f"S{i:03d}", i * gap, "1", [40]) for i in range(1, int(stream_s / gap))]
-    config = SimConfig(num_instances=1, hardware="h100", model="qwen2.5-7b", kv_capacity_tokens=4096,
+    one-seat instance busy: approximate SJF always prefers the small ones. (The 32B model's
+    steps are long: few steps, each program about 0.3 s.)"""
+    progs = [_program("S000", 0.0, "1", [12]), _program("L", 0.001, "1111", [18] * 4)]
+    progs += [_program(f"S{i:03d}", i * gap, "1", [12]) for i in range(1, int(stream_s / gap))]
+    config = SimConfig(num_instances=1, hardware="h100", model="qwen2.5-32b", kv_capacity_tokens=4096,
                        max_num_seqs=1)  # fmt: skip
     _, res = _simulate(progs, ProgramPlan(4), lambda: DynasorPolicy(starvation_bound_s=bound), config)
     first = min(s.first_token_s for s in res.sequences if s.req.program_id == "L")
     return first - 0.001, max(s.finished_s for s in res.sequences)
 
 
-@settings(max_examples=6, deadline=None)
-@given(st.floats(0.3, 1.5), st.floats(0.05, 0.12))
+@settings(max_examples=50, deadline=None)
+@given(st.floats(0.3, 1.5), st.floats(0.15, 0.28))  # a small program takes about 0.31 s: the stream fills the seat
 def test_escalation_bounds_starvation_under_sjf(bound, gap):
     wait, _ = _starvation_case(bound, gap, stream_s=bound + 3.0)
     assert wait <= bound + 0.2  # escalated at the first step after the bound, then admitted

@@ -73,15 +73,18 @@ def add_sim_parser(sub) -> None:
     w.add_argument("--rate", type=float, default=2.0, help="Poisson arrival rate, requests/s (all instances)")
     w.add_argument("--requests", type=int, default=500, help="number of requests")
     w.add_argument("--program-size", type=int, default=1, help="requests per program (e.g. SC samples)")
-    w.add_argument("--seed", type=int, default=0)
+    w.add_argument("--seed", type=int, default=0, help="seed of the workload and of sampling")
     c = p.add_argument_group("cost model and cluster")
-    c.add_argument("--hardware", choices=sorted(HARDWARE), default="h100")
-    c.add_argument("--model", choices=sorted(MODELS), default="qwen2.5-32b")
-    c.add_argument("--instances", type=int, default=8)
+    c.add_argument("--hardware", choices=sorted(HARDWARE), default="h100",
+                   help="accelerator preset of the roofline cost model")
+    c.add_argument("--model", choices=sorted(MODELS), default="qwen2.5-32b",
+                   help="model preset (weights, KV size per token)")
+    c.add_argument("--instances", type=int, default=8, help="simulated serving instances")
     c.add_argument(
         "--kv-tokens", type=int, default=None, help="KV capacity per instance (default: from memory)"
     )
-    c.add_argument("--preemption", choices=("swap", "recompute"), default="swap")
+    c.add_argument("--preemption", choices=("swap", "recompute"), default="swap",
+                   help="swap KV to host memory or recompute it")
     c.add_argument(
         "--cost-model",
         choices=("roofline", "profile"),
@@ -104,7 +107,8 @@ def add_sim_parser(sub) -> None:
         "larger: faster, see reasonserve.sim.run)",
     )
     q = p.add_argument_group("policy")
-    q.add_argument("--policy", choices=POLICIES, default="pascal")
+    q.add_argument("--policy", choices=POLICIES, default="pascal",
+                   help="scheduling policy inside each instance")
     q.add_argument(
         "--router",
         choices=tuple(ROUTERS),
