@@ -45,7 +45,7 @@ from reasonserve.policies.pascal import PascalPolicy
 from reasonserve.policies.router import PascalRouter
 from reasonserve.sim import SimConfig, load_lengths, poisson_workload, simulate, summarize
 from reasonserve.sim.metrics import percentile
-from reasonserve.sim.workload import LengthTable
+from reasonserve.sim.workloads.requests import LengthTable
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 EOT = 255  # the tiny checkpoint's last token id plays </think>

@@ -29,7 +29,7 @@ from reasonserve.policies import FCFSPolicy
 from reasonserve.policies.pascal import PascalPolicy
 from reasonserve.policies.router import PascalRouter
 from reasonserve.sim import SimConfig, SimRequest, simulate
-from reasonserve.sim.instance import SimInstance
+from reasonserve.sim.cluster.instance import SimInstance
 
 
 def _ceil(tokens: int, size: int) -> int:

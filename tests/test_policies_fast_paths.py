@@ -17,14 +17,14 @@ from reasonserve.core.decisions import Order, Preempt
 from reasonserve.policies import RequestView, SchedulerView, _ranked
 from reasonserve.policies import _order as order_mod
 from reasonserve.policies import _programs as programs_mod
-from reasonserve.policies import flashtts_prefix as prefix_mod
 from reasonserve.policies import lpm as lpm_mod
 from reasonserve.policies._order import argsort_lazily, lex_order, ranked_lazily
 from reasonserve.policies._programs import Programs
 from reasonserve.policies._ranked import decide_ranked
 from reasonserve.policies.app_fifo import AppFIFOPolicy
 from reasonserve.policies.dynasor import DynasorPolicy, DynasorState
-from reasonserve.policies.flashtts_prefix import PrefixAwarePolicy, prefix_order
+from reasonserve.policies.flashtts import prefix as prefix_mod
+from reasonserve.policies.flashtts.prefix import PrefixAwarePolicy, prefix_order
 from reasonserve.policies.lpm import LPMPolicy, cached_prefix_blocks
 
 TIMES = st.sampled_from([0.0, 1.0, 2.5, 7.0])  # few values: many ties

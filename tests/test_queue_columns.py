@@ -16,11 +16,12 @@ from reasonserve.core.column_store import ColumnStore
 from reasonserve.core.columns import NUMERIC, QueueColumns, columns_of
 from reasonserve.core.decisions import Admit
 from reasonserve.core.views import ProgramView, RequestView, SchedulerView
-from reasonserve.policies import REGISTRY, FCFSPolicy, RoundRobinPolicy, _order, flashtts_prefix, pascal
+from reasonserve.policies import REGISTRY, FCFSPolicy, RoundRobinPolicy, _order, pascal
 from reasonserve.policies._programs import Programs
 from reasonserve.policies.app_fifo import AppFIFOPolicy
 from reasonserve.policies.dynasor import DynasorPolicy, DynasorState
-from reasonserve.policies.flashtts_prefix import PrefixAwarePolicy
+from reasonserve.policies.flashtts import prefix as flashtts_prefix
+from reasonserve.policies.flashtts.prefix import PrefixAwarePolicy
 from reasonserve.policies.lpm import LPMPolicy, cached_prefix_blocks, cached_prefix_columns
 from reasonserve.policies.pacer import TokenPacer
 from reasonserve.policies.pascal import PascalPolicy

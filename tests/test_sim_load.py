@@ -13,7 +13,7 @@ from reasonserve.policies.pacer import TokenPacer
 from reasonserve.policies.pascal import PascalPolicy
 from reasonserve.policies.router import PascalRouter
 from reasonserve.sim import SimConfig, SimRequest, simulate
-from reasonserve.sim.instance import SimInstance
+from reasonserve.sim.cluster.instance import SimInstance
 
 CFG = SimConfig(num_instances=1, kv_capacity_tokens=1024, model="qwen2.5-7b", quantum_tokens=4,
                 skip_quiet_steps=False)  # fmt: skip

@@ -14,8 +14,8 @@ from reasonserve.policies.pacer import TokenPacer
 from reasonserve.policies.pascal import PascalPolicy
 from reasonserve.policies.router import PascalRouter
 from reasonserve.sim import SimConfig, SimRequest, load_lengths, poisson_workload, simulate
-from reasonserve.sim.instance import SimInstance
-from reasonserve.sim.sequence import SimSequence
+from reasonserve.sim.cluster.instance import SimInstance
+from reasonserve.sim.cluster.sequence import SimSequence
 
 DATA = pathlib.Path(__file__).resolve().parents[2] / "shared" / "data"
 

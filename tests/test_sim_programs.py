@@ -20,14 +20,14 @@ from reasonserve.policies.dynasor import DynasorPolicy, DynasorState
 from reasonserve.policies.lpm import LPMPolicy
 from reasonserve.recordings import make_question
 from reasonserve.sim import SimConfig, SimRequest, simulate
-from reasonserve.sim.program_workload import (
+from reasonserve.sim.programs.runtime import ProgramPlan, ProgramRuntime, SCProgram, WithPrograms
+from reasonserve.sim.programs.workload import (
     SCRecord,
     difficulty,
     load_sc_records,
     prefix_hashes,
     sc_program_workload,
 )
-from reasonserve.sim.programs import ProgramPlan, ProgramRuntime, SCProgram, WithPrograms
 
 DATA = pathlib.Path(__file__).resolve().parents[2] / "shared" / "data" / "sc_samples"
 CONFIG = SimConfig(
@@ -251,7 +251,7 @@ def test_sim_cli_runs_sc_programs_from_a_samples_file(tmp_path, capsys):
 
 
 def test_program_metrics_deadline_is_scale_times_difficulty_times_base():
-    from reasonserve.sim.program_metrics import attainment, p90_scale, program_summary
+    from reasonserve.sim.programs.metrics import attainment, p90_scale, program_summary
 
     def row(lat, d):
         return {"latency_s": lat, "difficulty": d, "tokens": 10, "samples": 1, "stopped_early": False,
@@ -286,7 +286,7 @@ def test_reward_certainindex_and_sequential_rounds():
 
 @pytest.mark.skipif(not (DATA.parent / "mcts").is_dir(), reason="no recorded data")
 def test_search_recordings_load_as_programs():
-    from reasonserve.sim.program_workload import load_search_records
+    from reasonserve.sim.programs.workload import load_search_records
 
     mcts = load_search_records("mcts", DATA.parent / "mcts" / "rstar_amc2024_llama31_8b_instruct")
     assert len(mcts) == 22 and all(len(r.sample_tokens) == len(r.question.classes) == 16 for r in mcts)

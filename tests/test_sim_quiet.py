@@ -1,4 +1,4 @@
-"""Quiet stretches (``SimConfig.skip_quiet_steps``, :mod:`reasonserve.sim.quiet`): running
+"""Quiet stretches (``SimConfig.skip_quiet_steps``, :mod:`reasonserve.sim.cluster.quiet`): running
 the decode steps a policy declares decision-free as one event changes no result. Every
 request's timings and counters, the placements, the migrations, the step count and the
 end time are compared with one-decision-per-step stepping, on generated workloads (ties
@@ -22,9 +22,9 @@ from reasonserve.policies.app_fifo import AppFIFOPolicy
 from reasonserve.policies.pascal import PascalPolicy
 from reasonserve.policies.router import LeastKVRouter, PascalRouter
 from reasonserve.sim import SimConfig, SimRequest, load_lengths, poisson_workload, simulate
-from reasonserve.sim.programs import ProgramPlan, ProgramRuntime
-from reasonserve.sim.quiet import QuietRun
-from reasonserve.sim.sequence import SimSequence
+from reasonserve.sim.cluster.quiet import QuietRun
+from reasonserve.sim.cluster.sequence import SimSequence
+from reasonserve.sim.programs.runtime import ProgramPlan, ProgramRuntime
 
 DATA = pathlib.Path(__file__).resolve().parents[2] / "shared" / "data"
 
@@ -152,7 +152,7 @@ class _Recording:
 
 def _loads_seen(reqs, cfg, factory, router):
     """(stepped, quiet) router logs, and how many loads a quiet stretch gave in closed form."""
-    from reasonserve.sim.quiet import QuietRun
+    from reasonserve.sim.cluster.quiet import QuietRun
 
     closed = []
     load_at = QuietRun.load_at
@@ -231,8 +231,8 @@ def test_a_transition_sees_the_virtual_steps_of_lower_instances_at_its_time(firs
 
 def _sc(pid, arrival, tokens):
     from reasonserve.recordings import make_question
-    from reasonserve.sim.program_workload import difficulty, prefix_hashes
-    from reasonserve.sim.programs import SCProgram
+    from reasonserve.sim.programs.runtime import SCProgram
+    from reasonserve.sim.programs.workload import difficulty, prefix_hashes
 
     q = make_question(pid, ["1"] * len(tokens), [float("nan")] * len(tokens), "1")
     return SCProgram(pid, arrival, 24, q, tuple(tokens), difficulty(q), prefix_hashes(pid, 24, 16))
@@ -386,8 +386,8 @@ def test_block_growth_in_closed_form_is_the_per_request_count(size, reqs, most, 
     included) and the first k past ``free``, as a per-request count of the blocks beyond
     those held; requests holding their next token's block and up to one more (closed
     form), and holding fewer or more (the threshold list)."""
-    from reasonserve.sim.quiet import _Growth
-    from reasonserve.sim.sequence import SimSequence
+    from reasonserve.sim.cluster.quiet import _Growth
+    from reasonserve.sim.cluster.sequence import SimSequence
 
     seqs = []
     for computed, slack in reqs:
@@ -463,8 +463,8 @@ def test_the_host_skips_decide_exactly_on_the_views_the_declaration_names(rows, 
     max_num_seqs`` and the running views' ``blocks_needed`` sum to at most ``free_blocks``.
     The simulator's own check must be that condition on the view it would have built
     (more seats taken than allowed included, which no run reaches)."""
-    from reasonserve.sim.instance import SimInstance
-    from reasonserve.sim.sequence import SimSequence
+    from reasonserve.sim.cluster.instance import SimInstance
+    from reasonserve.sim.cluster.sequence import SimSequence
 
     cfg = SimConfig(num_instances=1, model="qwen2.5-7b", block_size=size, max_num_seqs=seats)
     inst = SimInstance("0", cfg, cfg.cost_model(), FCFSPolicy())

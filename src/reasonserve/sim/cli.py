@@ -14,15 +14,15 @@ from reasonserve.cost.hardware import HARDWARE
 from reasonserve.cost.model_spec import MODELS
 from reasonserve.cost.profile import load_profile
 from reasonserve.policies.router import LeastKVRouter, PascalRouter, Router
-from reasonserve.sim.config import SimConfig
+from reasonserve.sim.cluster.config import SimConfig
+from reasonserve.sim.cluster.simulator import simulate
 from reasonserve.sim.metrics import summarize
 from reasonserve.sim.plots import write_png
-from reasonserve.sim.program_cli import add_program_args, run_programs
-from reasonserve.sim.servegen_arrivals import retimed
-from reasonserve.sim.simulator import simulate
-from reasonserve.sim.trace_workloads import TRACE_SOURCES, trace_workload
-from reasonserve.sim.traces import load_lengths
-from reasonserve.sim.workload import poisson_workload
+from reasonserve.sim.programs.cli import add_program_args, run_programs
+from reasonserve.sim.workloads.replayed import TRACE_SOURCES, trace_workload
+from reasonserve.sim.workloads.requests import poisson_workload
+from reasonserve.sim.workloads.servegen import retimed
+from reasonserve.sim.workloads.traces import load_lengths
 
 __all__ = ["add_sim_parser", "run_sim"]
 
@@ -104,7 +104,7 @@ def add_sim_parser(sub) -> None:
         type=int,
         default=1,
         help="decode iterations a decode-only batch may run per policy decision (1: exact; "
-        "larger: faster, see reasonserve.sim.run)",
+        "larger: faster, see reasonserve.sim.cluster.run)",
     )
     q = p.add_argument_group("policy")
     q.add_argument("--policy", choices=POLICIES, default="pascal",

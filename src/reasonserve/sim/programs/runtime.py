@@ -25,7 +25,7 @@ every sample; ``first_round=cap`` with an allocation stops
 live samples as soon as the index passes. A sample stopped or aborted by a scheduling
 policy counts as finished without an answer.
 
-:class:`ProgramRuntime` is the simulator's :class:`~reasonserve.sim.simulator.ProgramHost`;
+:class:`ProgramRuntime` is the simulator's :class:`~reasonserve.sim.cluster.simulator.ProgramHost`;
 :class:`WithPrograms` hands a policy the programs' progress as
 :class:`~reasonserve.core.views.ProgramView` s.
 """
@@ -43,8 +43,8 @@ from reasonserve.core.errors import InvalidArgumentError
 from reasonserve.core.policy import check_policy, policy_name
 from reasonserve.core.views import ProgramView, SchedulerView
 from reasonserve.recordings.sc import SCQuestion
-from reasonserve.sim.sequence import SimSequence
-from reasonserve.sim.workload import SimRequest
+from reasonserve.sim.cluster.sequence import SimSequence
+from reasonserve.sim.workloads.requests import SimRequest
 
 __all__ = ["Allocation", "ProgramPlan", "ProgramRuntime", "SCProgram", "WithPrograms"]
 

@@ -24,12 +24,12 @@ class SimConfig:
     derives each instance's KV capacity from the memory left beside the weights at
     ``gpu_memory_utilization`` (vLLM's default 0.9). SLO targets are PASCAL's.
     ``decode_steps_per_event`` > 1 lets a decode-only batch run that many iterations per
-    policy decision (faster; the approximation is described in :mod:`reasonserve.sim.run`).
+    policy decision (faster; the approximation is described in :mod:`reasonserve.sim.cluster.run`).
     ``profile``: time steps with a table fitted from measured engine steps
     (:mod:`reasonserve.cost.profile`) instead of the roofline model.
     ``skip_quiet_steps`` (with ``decode_steps_per_event=1``): run the decode steps a policy
     declares decision-free (its ``quiet_steps``) as one event, with identical results
-    (:mod:`reasonserve.sim.quiet`); False steps the event loop once per engine step.
+    (:mod:`reasonserve.sim.cluster.quiet`); False steps the event loop once per engine step.
     ``quantum_tokens``: the first quantum of PASCAL Algorithm 2's ``a_i`` (an instance's
     answering requests with fewer answer tokens than this; the paper's 500, §V-A)."""
 
@@ -46,9 +46,9 @@ class SimConfig:
     ttfat_slo_s: float = 0.25
     qoe_slo: float = 0.95
     max_sim_s: float = 1e7  # a guard against a policy that never lets work finish
-    decode_steps_per_event: int = 1  # k > 1: coarse event steps (see reasonserve.sim.run)
+    decode_steps_per_event: int = 1  # k > 1: coarse event steps (see reasonserve.sim.cluster.run)
     profile: ProfileTable | None = None  # step times from a fitted engine profile (else roofline)
-    skip_quiet_steps: bool = True  # exact either way (see reasonserve.sim.quiet)
+    skip_quiet_steps: bool = True  # exact either way (see reasonserve.sim.cluster.quiet)
     quantum_tokens: int = 500  # a_i's first quantum (InstanceLoad.num_fresh_answering)
 
     def __post_init__(self) -> None:

@@ -14,14 +14,14 @@ the Edge"): verifier-guided beam search serving.
   prefix caching (an extension: new steps prefilled, tree-shared prefixes held).
 
 Each is a pure, validated object; the beam-search simulator
-(:mod:`reasonserve.sim.beam_search`) composes them.
+(:mod:`reasonserve.sim.beam.search`) composes them.
 """
 
-from reasonserve.policies.flashtts_control import SpeculationState, TwoPhaseSpeculation
-from reasonserve.policies.flashtts_kv import KVPlan, PrefixCachedVerifier, RooflineKVAllocator
-from reasonserve.policies.flashtts_lookahead import LookaheadVerification, VerifyCandidate, VerifyRequest
-from reasonserve.policies.flashtts_prefix import PrefixAwarePolicy, eviction_cost, prefix_order
-from reasonserve.policies.flashtts_spec import SelectSpec, SpecSlot
+from reasonserve.policies.flashtts.control import SpeculationState, TwoPhaseSpeculation
+from reasonserve.policies.flashtts.kv import KVPlan, PrefixCachedVerifier, RooflineKVAllocator
+from reasonserve.policies.flashtts.lookahead import LookaheadVerification, VerifyCandidate, VerifyRequest
+from reasonserve.policies.flashtts.prefix import PrefixAwarePolicy, eviction_cost, prefix_order
+from reasonserve.policies.flashtts.spec import SelectSpec, SpecSlot
 
 __all__ = [
     "KVPlan",

@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from typing import Any, BinaryIO
 
 from reasonserve.core.errors import InvalidArgumentError
-from reasonserve.sim.workload import SimRequest
+from reasonserve.sim.workloads.requests import SimRequest
 
 __all__ = ["TRACE_SOURCES", "TraceRow", "load_trace", "trace_workload"]
 

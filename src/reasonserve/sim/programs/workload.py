@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from reasonserve.core.errors import InvalidArgumentError
 from reasonserve.recordings import SCQuestion, load_mcts, load_prm_beams, load_samples, read_jsonl
-from reasonserve.sim.programs import SCProgram
+from reasonserve.sim.programs.runtime import SCProgram
 
 __all__ = ["SCRecord", "difficulty", "load_sc_records", "load_search_records", "prefix_hashes",
            "sc_program_workload"]  # fmt: skip

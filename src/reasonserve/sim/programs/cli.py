@@ -12,12 +12,12 @@ from collections.abc import Callable
 
 from reasonserve.certainindex.allocation import ThresholdPolicy
 from reasonserve.core.errors import InvalidArgumentError
-from reasonserve.sim.config import SimConfig
+from reasonserve.sim.cluster.config import SimConfig
+from reasonserve.sim.cluster.simulator import simulate
 from reasonserve.sim.metrics import summarize
-from reasonserve.sim.program_metrics import program_summary
-from reasonserve.sim.program_workload import load_sc_records, sc_program_workload
-from reasonserve.sim.programs import ProgramPlan, ProgramRuntime, WithPrograms
-from reasonserve.sim.simulator import simulate
+from reasonserve.sim.programs.metrics import program_summary
+from reasonserve.sim.programs.runtime import ProgramPlan, ProgramRuntime, WithPrograms
+from reasonserve.sim.programs.workload import load_sc_records, sc_program_workload
 
 __all__ = ["add_program_args", "run_programs"]
 

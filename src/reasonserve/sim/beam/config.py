@@ -3,14 +3,14 @@
 A generator and a PRM verifier share one instance's KV memory. Requests (beam searches)
 arrive as a Poisson process; each iteration every active beam extends by one recorded
 step (variable length), the verifier scores the steps, and the top beams are kept and
-duplicated (:mod:`reasonserve.sim.beam_tree`). Costs come from the roofline cost model.
+duplicated (:mod:`reasonserve.sim.beam.tree`). Costs come from the roofline cost model.
 
 The baseline is vLLM-like: no speculation, FCFS order with a kept beam's copies enqueued
 copy by copy (parents interleaved), a static KV split between the two models (two vLLM
-instances, :meth:`~reasonserve.sim.beam_models.BeamSetting.baseline_kv_bytes`), prefix
+instances, :meth:`~reasonserve.sim.beam.models.BeamSetting.baseline_kv_bytes`), prefix
 caching on. Each FlashTTS part is a switch: ``prefix_aware`` (greedy prefix order,
-:func:`~reasonserve.policies.flashtts_prefix.prefix_order`), ``roofline`` (the KV split and
-batch sizes of :class:`~reasonserve.policies.flashtts_kv.RooflineKVAllocator`),
+:func:`~reasonserve.policies.flashtts.prefix.prefix_order`), ``roofline`` (the KV split and
+batch sizes of :class:`~reasonserve.policies.flashtts.kv.RooflineKVAllocator`),
 ``speculation`` (speculative beam extension with SelectSpec and the two-phase control)
 and ``lookahead`` (look-ahead verification; on with speculation unless set).
 
@@ -25,14 +25,14 @@ import statistics
 from dataclasses import dataclass, field
 
 from reasonserve.core.errors import InvalidArgumentError
-from reasonserve.policies.flashtts_kv import KVPlan
-from reasonserve.policies.flashtts_spec import SelectSpec
-from reasonserve.sim.beam_models import BeamSetting
-from reasonserve.sim.beam_workload import BeamSearchSpec
+from reasonserve.policies.flashtts.kv import KVPlan
+from reasonserve.policies.flashtts.spec import SelectSpec
+from reasonserve.sim.beam.models import BeamSetting
+from reasonserve.sim.beam.workload import BeamSearchSpec
 
 __all__ = ["ROOFLINE_PLANS", "BeamServeConfig", "BeamServeResult"]
 
-# How ``roofline`` plans (:meth:`~reasonserve.policies.flashtts_kv.RooflineKVAllocator.plan`):
+# How ``roofline`` plans (:meth:`~reasonserve.policies.flashtts.kv.RooflineKVAllocator.plan`):
 # "whole_beams": the paper's formula (the verifier prefills and holds whole beams, the
 # generator holds only its step); "cached_verifier": the verifier's prefix cache as served
 # (new step prefilled, tree-shared prefixes held), the generator as the paper; "prefix_cached":
@@ -54,7 +54,7 @@ class BeamServeConfig:
     # what the roofline allocator is told about the two models (ROOFLINE_PLANS)
     roofline_plan: str = "prefix_cached"
     # beams sharing each context token, for the plan (None: the branching factor, siblings only;
-    # a measured value: :func:`~reasonserve.sim.beam_tree.context_share` of warm-up searches)
+    # a measured value: :func:`~reasonserve.sim.beam.tree.context_share` of warm-up searches)
     roofline_prefix_share: float | None = None
 
     def __post_init__(self) -> None:

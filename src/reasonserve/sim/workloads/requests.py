@@ -1,6 +1,6 @@
 """Workloads: requests with a prompt, a reasoning part and an answer part, arriving as a
 seeded Poisson process. Lengths come from a :class:`LengthTable` (real traces, see
-:mod:`reasonserve.sim.traces`, or any list of triples for tests)."""
+:mod:`reasonserve.sim.workloads.traces`, or any list of triples for tests)."""
 
 from __future__ import annotations
 

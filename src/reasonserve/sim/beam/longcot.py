@@ -3,11 +3,11 @@
 A recorded reasoning text (``full_text`` of ``reasoning_traces/qwen3-8b_fulltext_*.jsonl.gz``:
 one JSON object a line, gzip or plain) becomes one trajectory of steps with
 search-and-learn's step rule: a step ends at a blank line (``"\\n\\n"``), tokens counted
-with :func:`reasonserve.sim.beam_workload.count_tokens` (the rule of the PRM-beam pool).
+with :func:`reasonserve.sim.beam.workload.count_tokens` (the rule of the PRM-beam pool).
 Only the first ``max_steps`` steps are kept: a search of at most that many iterations never
 reads further, and the pool's mean sequence and step lengths (what the roofline allocator
 plans with) then describe the steps a search can use. A step longer than a search's
-``max_step_tokens`` is kept whole here; :class:`~reasonserve.sim.beam_tree.SearchTree`
+``max_step_tokens`` is kept whole here; :class:`~reasonserve.sim.beam.tree.SearchTree`
 cuts it there and ends its beam (search-and-learn's ``max_tokens``).
 
 The texts carry no step scores, so each step's score is a seeded draw, uniform in [0, 1),
@@ -25,7 +25,7 @@ import zlib
 from collections.abc import Iterator
 
 from reasonserve.core.errors import InvalidArgumentError
-from reasonserve.sim.beam_workload import StepPool, count_tokens
+from reasonserve.sim.beam.workload import StepPool, count_tokens
 
 __all__ = ["LONGCOT_DATASETS", "load_longcot_pool", "split_steps"]
 

@@ -27,10 +27,10 @@ from reasonserve.core.policy import QUIET_FOREVER, quiet_steps
 from reasonserve.core.views import SchedulerView
 from reasonserve.policies.pacer import TokenPacer
 from reasonserve.policies.router import InstanceLoad
-from reasonserve.sim.sequence import SimSequence
+from reasonserve.sim.cluster.sequence import SimSequence
 
 if TYPE_CHECKING:
-    from reasonserve.sim.instance import SimInstance
+    from reasonserve.sim.cluster.instance import SimInstance
 
 __all__ = ["QuietRun", "start_quiet"]
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import heapq
 from dataclasses import dataclass
 
-from reasonserve.sim.sequence import SimSequence
+from reasonserve.sim.cluster.sequence import SimSequence
 
 __all__ = ["MigrationRecord", "Migrations"]
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from reasonserve.sim.beam_workload import BeamRequest, BeamSearchSpec, StepPool
+from reasonserve.sim.beam.workload import BeamRequest, BeamSearchSpec, StepPool
 
 __all__ = ["Beam", "SearchTree", "context_share"]
 

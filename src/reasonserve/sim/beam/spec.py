@@ -2,7 +2,7 @@
 
 Beams that finished their step while stragglers of the same iteration still decode are
 speculative candidates. Every generator round the two-phase control
-(:class:`~reasonserve.policies.flashtts_control.TwoPhaseSpeculation`) decides on a view of
+(:class:`~reasonserve.policies.flashtts.control.TwoPhaseSpeculation`) decides on a view of
 the generator; in phase 2 SelectSpec fills free seats with branches. Branch ``k`` of beam
 ``b`` pre-generates the step of ``b``'s ``k``-th child (a pure function of ``b``, so
 selection never depends on it). When the iteration's generation ends, branches stop;
@@ -18,13 +18,13 @@ from typing import TYPE_CHECKING
 from reasonserve.core.decisions import Preempt
 from reasonserve.core.phase import Phase
 from reasonserve.core.views import RequestView, SchedulerView
-from reasonserve.policies.flashtts_control import SpeculationState, TwoPhaseSpeculation
-from reasonserve.policies.flashtts_spec import SelectSpec
-from reasonserve.sim.beam_engine import GenTask
-from reasonserve.sim.beam_tree import Beam
+from reasonserve.policies.flashtts.control import SpeculationState, TwoPhaseSpeculation
+from reasonserve.policies.flashtts.spec import SelectSpec
+from reasonserve.sim.beam.engine import GenTask
+from reasonserve.sim.beam.tree import Beam
 
 if TYPE_CHECKING:
-    from reasonserve.sim.beam_run import BeamRun
+    from reasonserve.sim.beam.run import BeamRun
 
 __all__ = ["Speculation", "copy_index"]
 

@@ -4,7 +4,7 @@ Phase 1 (continuous beam batching): the host batches every beam that still has w
 current step, across requests, as usual. Phase 2 (speculation): only when no real request
 waits (the waiting queue holds no non-speculative request) and the running batch's growth
 fits the free KV blocks may the host fill spare slots with speculative branches (chosen by
-:class:`~reasonserve.policies.flashtts_spec.SelectSpec`). A new request, a request sent back
+:class:`~reasonserve.policies.flashtts.spec.SelectSpec`). A new request, a request sent back
 to the queue by preemption, or memory pressure stops speculation at once: every running
 speculative branch is preempted (``recompute``: speculative KV is dropped, never swapped).
 

@@ -18,8 +18,8 @@ import random
 from dataclasses import dataclass, replace
 
 from reasonserve.core.errors import InvalidArgumentError
-from reasonserve.sim.trace_workloads import _csv_rows
-from reasonserve.sim.workload import SimRequest
+from reasonserve.sim.workloads.replayed import _csv_rows
+from reasonserve.sim.workloads.requests import SimRequest
 
 __all__ = ["RateWindow", "load_rate_windows", "retimed", "servegen_arrival_times"]
 

@@ -14,11 +14,11 @@ from reasonserve.cost.profile import ProfileCostModel
 from reasonserve.cost.roofline import RooflineCostModel
 from reasonserve.policies.pacer import TokenPacer
 from reasonserve.policies.router import InstanceLoad
-from reasonserve.sim.config import SimConfig
-from reasonserve.sim.quiet import QuietRun, start_quiet
-from reasonserve.sim.run import StepRun
-from reasonserve.sim.sequence import SimSequence
-from reasonserve.sim.workload import SimRequest
+from reasonserve.sim.cluster.config import SimConfig
+from reasonserve.sim.cluster.quiet import QuietRun, start_quiet
+from reasonserve.sim.cluster.run import StepRun
+from reasonserve.sim.cluster.sequence import SimSequence
+from reasonserve.sim.workloads.requests import SimRequest
 
 __all__ = ["SimInstance"]
 
@@ -245,7 +245,7 @@ class SimInstance:
 
     def settle(self, now_s: float, inclusive: bool = False) -> None:
         """Bring the run in progress up to an observation at ``now_s`` (``inclusive``: a
-        quiet stretch's step ending at ``now_s`` has run, see :mod:`reasonserve.sim.quiet`)."""
+        quiet stretch's step ending at ``now_s`` has run, see :mod:`reasonserve.sim.cluster.quiet`)."""
         run = self.run
         if isinstance(run, QuietRun):
             run.catch_up(self, run.processed(now_s, inclusive))

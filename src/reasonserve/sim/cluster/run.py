@@ -19,7 +19,7 @@ from __future__ import annotations
 from bisect import bisect_left
 from itertools import accumulate
 
-from reasonserve.sim.sequence import SimSequence
+from reasonserve.sim.cluster.sequence import SimSequence
 
 __all__ = ["StepRun"]
 

@@ -2,26 +2,26 @@
 one instance's KV; requests are beam searches arriving as a Poisson process.
 
 Each iteration every active beam extends by one recorded step of variable length
-(:mod:`reasonserve.sim.beam_workload`), the verifier scores the steps, and the top beams
-are kept and duplicated (:mod:`reasonserve.sim.beam_tree`); selection reads only the
+(:mod:`reasonserve.sim.beam.workload`), the verifier scores the steps, and the top beams
+are kept and duplicated (:mod:`reasonserve.sim.beam.tree`); selection reads only the
 recorded scores, so no serving choice changes which beams are selected. Step times come
 from the roofline cost model (:class:`~reasonserve.cost.roofline.RooflineCostModel`).
 
 The baseline is vLLM-like: no speculation, FCFS order with a kept beam's copies enqueued
 copy by copy (parents interleaved), a static KV split between the two models
-(:meth:`~reasonserve.sim.beam_models.BeamSetting.baseline_kv_bytes`), prefix caching on,
+(:meth:`~reasonserve.sim.beam.models.BeamSetting.baseline_kv_bytes`), prefix caching on,
 256 sequences per model. The FlashTTS parts are switches of
-:class:`~reasonserve.sim.beam_config.BeamServeConfig`: ``prefix_aware``, ``roofline``,
+:class:`~reasonserve.sim.beam.config.BeamServeConfig`: ``prefix_aware``, ``roofline``,
 ``speculation`` and ``lookahead``.
 """
 
 from __future__ import annotations
 
 from reasonserve.core.errors import InvalidArgumentError
-from reasonserve.sim.beam_config import BeamServeConfig, BeamServeResult
-from reasonserve.sim.beam_models import BEAM_MODELS, BEAM_SETTINGS, BeamSetting
-from reasonserve.sim.beam_run import BeamRun
-from reasonserve.sim.beam_workload import (
+from reasonserve.sim.beam.config import BeamServeConfig, BeamServeResult
+from reasonserve.sim.beam.models import BEAM_MODELS, BEAM_SETTINGS, BeamSetting
+from reasonserve.sim.beam.run import BeamRun
+from reasonserve.sim.beam.workload import (
     BeamRequest,
     BeamSearchSpec,
     StepPool,

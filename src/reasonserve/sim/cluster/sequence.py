@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from reasonserve.core.phase import Phase
-from reasonserve.sim.workload import SimRequest
+from reasonserve.sim.workloads.requests import SimRequest
 
 __all__ = ["SimSequence"]
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from reasonserve.sim.config import SimConfig
-from reasonserve.sim.migration import MigrationRecord
-from reasonserve.sim.sequence import SimSequence
+from reasonserve.sim.cluster.config import SimConfig
+from reasonserve.sim.cluster.migration import MigrationRecord
+from reasonserve.sim.cluster.sequence import SimSequence
 
 __all__ = ["SimResult"]
 

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 
 from reasonserve.core.errors import InvalidArgumentError
 from reasonserve.cost.roofline import RooflineCostModel
-from reasonserve.sim.beam_cache import NodeCache
-from reasonserve.sim.beam_tree import Beam
+from reasonserve.sim.beam.cache import NodeCache
+from reasonserve.sim.beam.tree import Beam
 
 __all__ = ["GenTask", "Generator", "Verifier", "VerifyTask"]
 

@@ -17,18 +17,18 @@ from reasonserve.core.phase import Phase
 from reasonserve.core.views import RequestView
 from reasonserve.policies.pacer import TokenPacer
 from reasonserve.policies.router import LeastKVRouter, Router
-from reasonserve.sim.config import SimConfig
-from reasonserve.sim.instance import SimInstance
-from reasonserve.sim.migration import MigrationRecord, Migrations
-from reasonserve.sim.result import SimResult
-from reasonserve.sim.sequence import SimSequence
-from reasonserve.sim.workload import SimRequest
+from reasonserve.sim.cluster.config import SimConfig
+from reasonserve.sim.cluster.instance import SimInstance
+from reasonserve.sim.cluster.migration import MigrationRecord, Migrations
+from reasonserve.sim.cluster.result import SimResult
+from reasonserve.sim.cluster.sequence import SimSequence
+from reasonserve.sim.workloads.requests import SimRequest
 
 __all__ = ["ProgramHost", "SimResult", "simulate"]
 
 
 class ProgramHost(Protocol):
-    """Runs reasoning programs on the cluster (:mod:`reasonserve.sim.programs`): told which
+    """Runs reasoning programs on the cluster (:mod:`reasonserve.sim.programs.runtime`): told which
     requests finished at ``now_s``, returns the requests its programs issue then (arriving
     at ``now_s``) and the ids of live requests to stop (an early-stopped program's other
     samples: their KV is freed at once; one in flight between instances runs on)."""
@@ -85,7 +85,7 @@ class _Loop:
 
     def tick(self, now: float, k: int) -> None:
         """Instance ``k`` steps at ``now``; a quiet stretch's step at ``now`` on a lower index
-        has run before it (ties go to the lowest index; see reasonserve.sim.quiet)."""
+        has run before it (ties go to the lowest index; see reasonserve.sim.cluster.quiet)."""
         t, top = self.clock
         self.clock = (now, max(top, k) if t == now else k)
 

@@ -1,4 +1,4 @@
-"""The event loop of the beam-search serving simulator (see :mod:`reasonserve.sim.beam_search`).
+"""The event loop of the beam-search serving simulator (see :mod:`reasonserve.sim.beam.search`).
 
 The GPU runs one model at a time: pending verification first (short prefill batches),
 else the generator until its next event. Speculation (when on) is decided every
@@ -10,14 +10,14 @@ from __future__ import annotations
 import math
 from collections import deque
 
-from reasonserve.policies.flashtts_kv import PrefixCachedVerifier, RooflineKVAllocator
-from reasonserve.policies.flashtts_lookahead import LookaheadVerification, VerifyCandidate
-from reasonserve.policies.flashtts_prefix import prefix_order
-from reasonserve.sim.beam_config import BeamServeConfig, BeamServeResult
-from reasonserve.sim.beam_engine import Generator, GenTask, Verifier, VerifyTask
-from reasonserve.sim.beam_spec import Speculation, copy_index
-from reasonserve.sim.beam_tree import Beam, SearchTree
-from reasonserve.sim.beam_workload import BeamRequest, StepPool
+from reasonserve.policies.flashtts.kv import PrefixCachedVerifier, RooflineKVAllocator
+from reasonserve.policies.flashtts.lookahead import LookaheadVerification, VerifyCandidate
+from reasonserve.policies.flashtts.prefix import prefix_order
+from reasonserve.sim.beam.config import BeamServeConfig, BeamServeResult
+from reasonserve.sim.beam.engine import Generator, GenTask, Verifier, VerifyTask
+from reasonserve.sim.beam.spec import Speculation, copy_index
+from reasonserve.sim.beam.tree import Beam, SearchTree
+from reasonserve.sim.beam.workload import BeamRequest, StepPool
 
 __all__ = ["BeamRun"]
 

@@ -19,7 +19,7 @@ import pathlib
 import random
 
 from reasonserve.core.errors import InvalidArgumentError
-from reasonserve.sim.workload import LengthTable
+from reasonserve.sim.workloads.requests import LengthTable
 
 __all__ = ["load_lengths"]
 
