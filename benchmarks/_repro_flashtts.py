@@ -20,7 +20,7 @@ FlashTTS artifact's configs as described by a third-party analysis, and the data
   at n <= 32, 10 at n = 128 and 3 at n = 512 (CPU time on a loaded 2-core box); every
   latency is checked to end before the next problem starts.
 * Steps and PRM scores: the recorded search-and-learn beam search of Llama-3.1-8B on
-  MATH-500 (``prm_beams``), tokens counted with :func:`reasonserve.sim.beam.search.count_tokens`.
+  MATH-500 (``prm_beams``), tokens counted with :func:`reasonserve.sim.beam.count_tokens`.
 * Second workload (``--workload longcot``, results ``flashtts_longcot*``, fixed before it
   ran): the Qwen3-8B long-CoT texts of AIME24 (24) and AMC23 (32) in
   ``reasoning_traces/qwen3-8b_fulltext_dev_split.jsonl.gz``, steps cut at blank lines (the
@@ -57,9 +57,7 @@ from reasonserve.policies.flashtts import (
 )
 from reasonserve.policies.flashtts.control import SpeculationState
 from reasonserve.policies.lpm import LPMPolicy
-from reasonserve.sim.beam.config import ROOFLINE_PLANS
-from reasonserve.sim.beam.longcot import load_longcot_pool
-from reasonserve.sim.beam.search import (
+from reasonserve.sim.beam import (
     BEAM_SETTINGS,
     BeamSearchSpec,
     BeamServeConfig,
@@ -68,6 +66,8 @@ from reasonserve.sim.beam.search import (
     one_at_a_time_requests,
     simulate_beam_search,
 )
+from reasonserve.sim.beam.config import ROOFLINE_PLANS
+from reasonserve.sim.beam.longcot import load_longcot_pool
 from reasonserve.sim.beam.spec import copy_index
 from reasonserve.sim.beam.tree import SearchTree, context_share
 from reasonserve.sim.beam.workload import ONE_AT_A_TIME_GAP_S, BeamRequest

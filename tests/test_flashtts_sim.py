@@ -10,8 +10,7 @@ import random
 import pytest
 
 from reasonserve.core.errors import InvalidArgumentError
-from reasonserve.sim.beam.cache import NodeCache
-from reasonserve.sim.beam.search import (
+from reasonserve.sim.beam import (
     BEAM_SETTINGS,
     BeamRequest,
     BeamSearchSpec,
@@ -22,6 +21,7 @@ from reasonserve.sim.beam.search import (
     poisson_beam_requests,
     simulate_beam_search,
 )
+from reasonserve.sim.beam.cache import NodeCache
 
 DATA = pathlib.Path(__file__).resolve().parents[2] / "shared" / "data" / "prm_beams"
 
@@ -250,7 +250,7 @@ def test_bad_baseline_fractions_raise(fractions):
 
 
 def test_one_at_a_time_requests_are_served_as_if_alone():
-    from reasonserve.sim.beam.search import one_at_a_time_requests
+    from reasonserve.sim.beam import one_at_a_time_requests
 
     requests = one_at_a_time_requests(_pool(), 3, seed=2)
     together = _run(requests, speculation=True).latencies_s

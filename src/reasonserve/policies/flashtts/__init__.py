@@ -14,7 +14,7 @@ the Edge"): verifier-guided beam search serving.
   prefix caching (an extension: new steps prefilled, tree-shared prefixes held).
 
 Each is a pure, validated object; the beam-search simulator
-(:mod:`reasonserve.sim.beam.search`) composes them.
+(:mod:`reasonserve.sim.beam`) composes them.
 """
 
 from reasonserve.policies.flashtts.control import SpeculationState, TwoPhaseSpeculation

@@ -1,4 +1,4 @@
-"""The event loop of the beam-search serving simulator (see :mod:`reasonserve.sim.beam.search`).
+"""The event loop of the beam-search serving simulator (see :mod:`reasonserve.sim.beam`).
 
 The GPU runs one model at a time: pending verification first (short prefill batches),
 else the generator until its next event. Speculation (when on) is decided every

@@ -19,33 +19,10 @@ from __future__ import annotations
 
 from reasonserve.core.errors import InvalidArgumentError
 from reasonserve.sim.beam.config import BeamServeConfig, BeamServeResult
-from reasonserve.sim.beam.models import BEAM_MODELS, BEAM_SETTINGS, BeamSetting
 from reasonserve.sim.beam.run import BeamRun
-from reasonserve.sim.beam.workload import (
-    BeamRequest,
-    BeamSearchSpec,
-    StepPool,
-    count_tokens,
-    load_step_pool,
-    one_at_a_time_requests,
-    poisson_beam_requests,
-)
+from reasonserve.sim.beam.workload import BeamRequest, StepPool
 
-__all__ = [
-    "BEAM_MODELS",
-    "BEAM_SETTINGS",
-    "BeamRequest",
-    "BeamSearchSpec",
-    "BeamServeConfig",
-    "BeamServeResult",
-    "BeamSetting",
-    "StepPool",
-    "count_tokens",
-    "load_step_pool",
-    "one_at_a_time_requests",
-    "poisson_beam_requests",
-    "simulate_beam_search",
-]
+__all__ = ["simulate_beam_search"]
 
 
 def simulate_beam_search(
