@@ -2,11 +2,13 @@
 
 ``python benchmarks/sim_speed.py [--baseline SRC] [--requests 2000] [--runs 5] [--rate high]``:
 one ``simulate()`` of ``benchmarks/policies.py``'s PASCAL setting (8 instances, 32B model, a
-low / medium / high arrival rate) per child process; with ``--baseline`` (the ``src`` folder
-of another checkout, e.g. ``git archive <commit> src | tar -x -C /tmp/base``) the two trees
-are alternated run by run. Prints and writes the medians of the runs' CPU and wall seconds,
-simulated requests per minute of each, and a hash over every request's timeline, the
-placements and migrations (equal hashes: the two trees simulate the same run). Writes
+low / medium / high arrival rate) per child process; with ``--baseline`` (the ``src``
+folder of another checkout: ``git archive <commit> src benchmarks | tar -x -C /tmp/base``)
+the two trees are alternated run by run, each with the setting of its own ``benchmarks/``
+beside its ``src`` (this tree's when there is none). Prints and writes the medians (and
+minima) of the runs' CPU and wall seconds, simulated requests per minute of each, and a
+hash over every request's timeline, the placements and migrations (equal hashes: the two
+trees simulate the same run). Writes
 ``benchmarks/results/sim_speed_<rate>_<requests>.json``. The issue's floor: >= 50,000
 simulated requests per wall minute at the high rate.
 """
@@ -27,17 +29,17 @@ HERE = pathlib.Path(__file__).resolve().parent
 SRC = HERE.parent / "src"
 
 CHILD = """
-import hashlib, json, pathlib, sys, time
+import dataclasses, hashlib, json, pathlib, sys, time
 sys.path.insert(0, {here!r})
 import policies as P
-from _policies_speed import _outcome
 from reasonserve.sim import load_lengths, poisson_workload, simulate
 table = load_lengths("servegen", pathlib.Path({data!r}), seed=0)
 reqs = poisson_workload(table, P.RATE_FRACTIONS[{rate!r}] * P._capacity_rps(table, P.CONFIG), {n}, seed=0)
 cpu, wall = time.process_time(), time.perf_counter()
 res = simulate(reqs, P.CONFIG, *P.SETUPS["pascal"])
 cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
-outcome = repr(_outcome(res))
+seqs = [dataclasses.astuple(s) for s in res.sequences]
+outcome = repr((seqs, res.end_s, res.steps, res.placements, res.migrations))
 print(json.dumps({{"cpu_s": cpu, "wall_s": wall, "steps": res.steps,
                   "hash": hashlib.sha256(outcome.encode()).hexdigest()}}))
 """
@@ -45,7 +47,8 @@ print(json.dumps({{"cpu_s": cpu, "wall_s": wall, "steps": res.steps,
 
 def _run(src: pathlib.Path, n: int, rate: str, data: pathlib.Path) -> dict:
     env = {**os.environ, "PYTHONPATH": str(src)}
-    code = CHILD.format(here=str(HERE), data=str(data), n=n, rate=rate)
+    benchmarks = src.parent / "benchmarks"
+    code = CHILD.format(here=str(benchmarks if benchmarks.is_dir() else HERE), data=str(data), n=n, rate=rate)
     proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     return json.loads(proc.stdout.strip().splitlines()[-1])
 

@@ -188,19 +188,20 @@ def check_capacity(plan: Plan[S], host: Host[S], bad: Callable[[object, str], Po
             )
 
 
+Pending = Callable[[Sequence[S]], list[int]]  # the tokens each request has left to compute
+
+
 def _queue(plan: Plan[S], running: Sequence[S], lookup: Callable[[str], S | None],
-           pending: Callable[[S], int]) -> list[tuple[S, int]]:  # fmt: skip
+           pending: Pending) -> list[tuple[S, int]]:  # fmt: skip
     """(request, pending tokens) in hand-out order: ``plan.order``'s running requests, then the
     others, decodes (one pending token) before prefills, each part in running order."""
     first: list[tuple[S, int]] = []
     if plan.order:
-        for rid in plan.order:
-            s = lookup(rid)
-            if s is not None and s.status == "running":
-                first.append((s, pending(s)))
+        ordered = [s for s in map(lookup, plan.order) if s is not None and s.status == "running"]
+        first = list(zip(ordered, pending(ordered), strict=True))
         named = set(plan.order)
         running = [s for s in running if s.request_id not in named]
-    rest = [(s, pending(s)) for s in running]
+    rest = list(zip(running, pending(running), strict=True))
     decodes = [x for x in rest if x[1] <= 1]
     if len(decodes) == len(rest):
         return first + rest
@@ -208,11 +209,11 @@ def _queue(plan: Plan[S], running: Sequence[S], lookup: Callable[[str], S | None
 
 
 def hand_out(plan: Plan[S], running: Sequence[S], *, lookup: Callable[[str], S | None],
-             pending: Callable[[S], int], grow: Callable[[S, int], bool],
+             pending: Pending, grow: Callable[[S, int], bool],
              max_num_batched_tokens: int) -> list[tuple[S, int]]:  # fmt: skip
-    """This step's (request, tokens), in hand-out order. ``pending(s)``: tokens ``s`` has left
-    to compute; ``grow(s, n)``: give ``s`` the KV blocks for ``n`` more tokens, False (and
-    nothing taken) when they are not free."""
+    """This step's (request, tokens), in hand-out order. ``pending(seqs)``: the tokens each of
+    ``seqs`` has left to compute (one call a step, not one a request); ``grow(s, n)``: give
+    ``s`` the KV blocks for ``n`` more tokens, False (and nothing taken) when not free."""
     budget, budgets, out = max_num_batched_tokens, plan.budgets, []
     for s, left in _queue(plan, running, lookup, pending):
         n = left if left < budget else budget
@@ -227,7 +228,7 @@ def hand_out(plan: Plan[S], running: Sequence[S], *, lookup: Callable[[str], S |
 
 
 def hand_out_live(plan: Plan[S], running: Sequence[S], *, lookup: Callable[[str], S | None],
-                  pending: Callable[[S], int], grow: Callable[[S, int], bool], max_num_batched_tokens: int,
+                  pending: Pending, grow: Callable[[S, int], bool], max_num_batched_tokens: int,
                   preempt: Callable[[S], None]) -> list[tuple[S, int]]:  # fmt: skip
     """:func:`hand_out` with the liveness rule: while nothing is handed out, the plan
     preempted nothing and some running request wants tokens (its budget is not 0), the last

@@ -179,8 +179,8 @@ class Scheduler:
 
     def _hand_out(self, plan: Plan) -> list[tuple[Sequence, int]]:
         return hand_out_live(
-            plan, self.running, lookup=self.by_id.get, pending=lambda s: s.num_pending, grow=self._grow,
-            max_num_batched_tokens=self.config.max_num_batched_tokens,
+            plan, self.running, lookup=self.by_id.get, pending=lambda seqs: [s.num_pending for s in seqs],
+            grow=self._grow, max_num_batched_tokens=self.config.max_num_batched_tokens,
             preempt=lambda s: self.preempt(s, self.config.preemption),
         )  # fmt: skip
 

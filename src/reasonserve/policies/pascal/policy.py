@@ -53,6 +53,7 @@ from reasonserve.policies.pascal.rule import HIGH, LOW, in_low_queue, place
 __all__ = ["PascalPolicy"]
 
 _BY_TURN = attrgetter("enqueued_s", "request_id")  # a request's round-robin turn
+_ANSWERING = Phase.ANSWERING
 _NO_PACE = float("-inf")  # no answer token yet, or no pacer: ranks first in its group
 
 
@@ -154,7 +155,7 @@ class PascalPolicy:
                 low = in_low_queue(answering, tokens, limit)[order]
                 at = view.waiting.__getitem__
                 return map(at, chunked(order[~low])), map(at, chunked(order[low]))
-        turn = ordered(view.waiting, "enqueued_s")
+        turn = ordered(view.waiting, "enqueued_s")  # each walk reads only as far as its admission goes
         return _of_queue(turn, limit, False), _of_queue(turn, limit, True)
 
     def _starving(self, r: RequestView, now_s: float) -> bool:
@@ -176,14 +177,16 @@ class PascalPolicy:
             for r in view.waiting
         ):
             return 1
-        waits = _queues_waiting(view.waiting, limit)
-        steps = QUIET_FOREVER
+        steps, fresh = QUIET_FOREVER, [QUIET_FOREVER, QUIET_FOREVER]  # per queue: the first quantum to expire
         for r in view.running:
             queue, used = place(r, limit)
-            if waits[queue] and used < self.quantum:
-                steps = min(steps, self.quantum - used)
+            if used < self.quantum:
+                fresh[queue] = min(fresh[queue], self.quantum - used)
             if queue == HIGH:  # demoted once its sequence passes the threshold
                 steps = min(steps, limit + 1 - r.num_prompt_tokens - r.num_output_tokens)
+        for queue in (HIGH, LOW):  # an expiry matters only with requests of its queue waiting
+            if fresh[queue] < steps and _waits(view.waiting, limit, queue):
+                steps = fresh[queue]
         return max(1, steps)
 
 
@@ -195,12 +198,10 @@ def _of_queue(turn: Iterable[RequestView], limit: int, low: bool) -> Iterator[Re
             yield r
 
 
-def _queues_waiting(waiting: Iterable[RequestView], limit: int) -> list[bool]:
-    """Whether some waiting request is in the high queue, in the low queue (stops once both)."""
-    found = [False, False]
-    answering = Phase.ANSWERING
-    for r in waiting:
-        found[in_low_queue(r.phase is answering, r.num_prompt_tokens + r.num_output_tokens, limit)] = True
-        if found[0] and found[1]:
-            break
-    return found
+def _waits(waiting: Iterable[RequestView], limit: int, queue: int) -> bool:
+    """Whether some waiting request is in ``queue`` (stops at the first)."""
+    low = queue == LOW
+    return any(
+        in_low_queue(r.phase is _ANSWERING, r.num_prompt_tokens + r.num_output_tokens, limit) == low
+        for r in waiting
+    )

@@ -5,6 +5,8 @@ order, decodes first, the liveness preemption), so the same policy objects run o
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from reasonserve.core.errors import PolicyError
 from reasonserve.core.hosting import Plan, check_decisions, hand_out_live
 from reasonserve.core.phase import Phase
@@ -25,9 +27,9 @@ __all__ = ["SimInstance"]
 _PREFILL, _REASONING, _ANSWERING = Phase.PREFILL, Phase.REASONING, Phase.ANSWERING
 
 
-def _pending(s: SimSequence) -> int:
-    """Tokens ``s`` has left to compute (its prompt and the tokens sampled so far)."""
-    return s.prompt_tokens + s.num_output - s.num_computed
+def _pending(seqs: Sequence[SimSequence]) -> list[int]:
+    """The tokens each of ``seqs`` has left to compute (its prompt and those sampled so far)."""
+    return [s.prompt_tokens + s.num_output - s.num_computed for s in seqs]
 
 
 class SimInstance:
