@@ -7,8 +7,8 @@ folder of another checkout: ``git archive <commit> src benchmarks | tar -x -C /t
 the two trees are alternated run by run, each with the setting of its own ``benchmarks/``
 beside its ``src`` (this tree's when there is none). Prints and writes the medians (and
 minima) of the runs' CPU and wall seconds, simulated requests per minute of each, and a
-hash over every request's timeline, the placements and migrations (equal hashes: the two
-trees simulate the same run). Writes
+hash over every request's timeline and counters, the placements and migrations (equal
+hashes: the two trees simulate the same run). Writes
 ``benchmarks/results/sim_speed_<rate>_<requests>.json``. The issue's floor: >= 50,000
 simulated requests per wall minute at the high rate.
 """
@@ -38,8 +38,10 @@ reqs = poisson_workload(table, P.RATE_FRACTIONS[{rate!r}] * P._capacity_rps(tabl
 cpu, wall = time.process_time(), time.perf_counter()
 res = simulate(reqs, P.CONFIG, *P.SETUPS["pascal"])
 cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
-seqs = [dataclasses.astuple(s) for s in res.sequences]
-outcome = repr((seqs, res.end_s, res.steps, res.placements, res.migrations))
+seqs = [(s.request_id, s.first_token_s, s.end_of_thinking_s, s.answer_times, s.finished_s, s.finish_reason,
+         s.num_output, s.num_preemptions, s.num_swaps, s.num_migrations) for s in res.sequences]
+moves = [dataclasses.astuple(m) for m in res.migrations]
+outcome = repr((seqs, res.end_s, res.steps, res.placements, moves))
 print(json.dumps({{"cpu_s": cpu, "wall_s": wall, "steps": res.steps,
                   "hash": hashlib.sha256(outcome.encode()).hexdigest()}}))
 """

@@ -335,6 +335,8 @@ class SimInstance:
         if s.swapped:
             cost, s.swapped = self.cost.swap_s(s.num_computed), False
             self.host_blocks -= blocks
+        elif s.num_computed < s.req.cached_tokens:  # its cached prefix needs no prefill
+            s.num_computed = s.req.cached_tokens
         self.free_blocks -= blocks
         s.num_blocks, s.quantum_used, s.status = blocks, 0, "running"
         self.waiting.remove(s)
@@ -419,6 +421,10 @@ class SimInstance:
         self.waiting.append(s)
         self._waiting_changed()
         return False
+
+    def stop(self, request_id: str, reason: str, now_s: float) -> None:
+        """Finish a live request now (``reason``: "stop" or "abort"), freeing its KV."""
+        self._finish(self.by_id[request_id], reason, now_s)
 
     def _finish(self, s: SimSequence, reason: str, now_s: float) -> None:
         if s.status == "running":

@@ -190,7 +190,7 @@ class _Loop:
             self.interrupt(k, now)
             holder = self.instances[k]
             if holder.by_id[rid].status in ("waiting", "running"):
-                holder._finish(holder.by_id[rid], "stop", now)
+                holder.stop(rid, "stop", now)
 
     def report_finished(self, now: float) -> None:
         """Tell the programs (if any) about requests finished since the last report, wherever

@@ -42,6 +42,7 @@ class SimRequest:
     answer_tokens: int
     program_id: str | None = None
     prefix_hashes: tuple[int, ...] = ()  # one per full prompt block, chained (for LPM)
+    cached_tokens: int = 0  # prompt tokens a prefix cache holds when it arrives: their prefill is skipped
 
     def __post_init__(self) -> None:
         """Checks the fields' types too, and stores them as the built-in types (a numpy
@@ -49,7 +50,7 @@ class SimRequest:
         arithmetic then runs on plain ints and floats."""
         if not isinstance(self.request_id, str):
             raise InvalidArgumentError(f"request_id must be a str, got {type(self.request_id).__name__}")
-        for name in ("prompt_tokens", "reasoning_tokens", "answer_tokens"):
+        for name in ("prompt_tokens", "reasoning_tokens", "answer_tokens", "cached_tokens"):
             object.__setattr__(self, name, _count(self.request_id, name, getattr(self, name)))
         object.__setattr__(self, "arrival_s", _time(self.request_id, self.arrival_s))
         if self.program_id is not None and not isinstance(self.program_id, str):
@@ -58,6 +59,8 @@ class SimRequest:
             object.__setattr__(self, "prefix_hashes", tuple(self.prefix_hashes))
         if self.prompt_tokens < 1 or self.reasoning_tokens < 0 or self.answer_tokens < 0:
             raise InvalidArgumentError(f"{self.request_id}: token counts must be >= 0 (prompt >= 1)")
+        if not 0 <= self.cached_tokens < self.prompt_tokens:
+            raise InvalidArgumentError(f"{self.request_id}: cached_tokens must be in [0, prompt_tokens)")
         if self.reasoning_tokens + self.answer_tokens < 1:
             raise InvalidArgumentError(f"{self.request_id}: a request must generate at least one token")
 
