@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from itertools import pairwise
-from operator import attrgetter, eq
+from operator import attrgetter
 
 import numpy as np
 
@@ -122,13 +122,8 @@ def waiting_ordered(view: SchedulerView, field: str) -> Iterable[RequestView]:
 
 
 def ordered_plain(requests: Sequence[RequestView], field: str) -> list[RequestView]:
-    """:func:`ordered` by Python's sort (the definition; ties put in request-id order)."""
-    get = attrgetter(field)
-    out = sorted(requests, key=get)
-    keys = list(map(get, out))
-    if any(map(eq, keys, keys[1:])):  # ties in the field: order them by request id
-        out = sorted(sorted(requests, key=BY_ID), key=get)
-    return out
+    """:func:`ordered` by Python's sort of ``(field, request_id)`` (the definition)."""
+    return sorted(requests, key=attrgetter(field, "request_id"))
 
 
 def _tie_starts(order: np.ndarray, keys: Sequence[np.ndarray]) -> np.ndarray:
