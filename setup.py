@@ -11,7 +11,7 @@ import os
 
 from setuptools import setup
 
-SOURCES = ["ops.cpp", "kernels_generic.cpp", "kernels_avx2.cpp", "kernels_avx512.cpp"]
+SOURCES = ["ops.cpp", "kernels_generic.cpp", "kernels_avx2.cpp", "kernels_avx512.cpp", "seeded_sample.cpp"]
 CSRC = os.path.join("src", "reasonserve", "_csrc")
 # -ffp-contract=off: no fused multiply-add the compiler picks by itself; the bits of
 # every variant must follow the order written in fixed_order.h. -fno-trapping-math

@@ -56,9 +56,9 @@ def test_bad_requests_raise_typed_errors(kwargs, error):
 
 
 def test_priority_direction_per_host():
-    """reasonserve: larger first (sent as is); vLLM: lower first (negated); SGLang: larger
-    first unless the server runs --schedule-low-priority-values-first."""
-    assert OpenAIShim().payload(REQ, stream=False)[1]["priority"] == 3
+    """reasonserve serve and vLLM: lower first (negated); SGLang: larger first unless the
+    server runs --schedule-low-priority-values-first."""
+    assert OpenAIShim().payload(REQ, stream=False)[1]["priority"] == -3
     assert VLLMShim().payload(REQ, stream=False)[1]["priority"] == -3
     assert SGLangShim().payload(REQ, stream=False)[1]["priority"] == 3
     assert SGLangShim(low_priority_values_first=True).payload(REQ, stream=False)[1]["priority"] == -3

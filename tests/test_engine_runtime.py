@@ -224,7 +224,7 @@ def test_bad_sampling_params():
     for kwargs in (dict(max_tokens=0), dict(max_tokens=2**31), dict(max_tokens=True), dict(temperature=float("nan")),
                    dict(temperature=float("inf")), dict(top_p=0.0), dict(top_p=float("nan")), dict(top_k=-2),
                    dict(top_k=2**31), dict(min_p=2.0), dict(seed=-1), dict(seed=2**63), dict(stop_token_ids=(-1,)),
-                   dict(stop_token_ids=(2**31,)), dict(priority=2**31), dict(logprobs=5)):  # fmt: skip
+                   dict(stop_token_ids=(2**31,)), dict(priority=2**31), dict(logprobs=21)):  # fmt: skip
         field = next(iter(kwargs))
         with pytest.raises(InvalidArgumentError, match=field):
             SamplingParams(**kwargs)

@@ -6,6 +6,8 @@ import pytest
 import torch
 
 from reasonserve import ops
+from reasonserve.core.errors import InvalidArgumentError
+from reasonserve.ops.sampling import DEAD_ROW, INACTIVE_ROW
 
 
 def _chi2_critical(df: int, z: float) -> float:
@@ -121,3 +123,138 @@ def test_nan_rows_are_deterministic_and_do_not_crash():
     out = ops.sample(logits, seeds=[1, 2, 3, 4], positions=[0, 1, 2, 3])
     assert out[1].item() == 3
     assert ops.sample(logits[1:2], seeds=[2], positions=[1]).item() == 3
+
+
+# one definition, three implementations ------------------------------------------------
+def test_log64_is_within_two_ulp_of_the_true_log():
+    import random
+
+    from reasonserve.ops._hash import log64
+
+    rng = random.Random(0)
+    values = [2.0**-33, 2.3e-10, 0.7071067811865476, 1 - 2.0**-33, 1.4142135623730951, 1.4142135623730954, 22.9]
+    values += [rng.random() for _ in range(5000)] + [math.exp(rng.uniform(-23, 3.2)) for _ in range(5000)]
+    values = [v for v in values if v != 1.0]
+    got = log64(torch.tensor(values, dtype=torch.float64))
+    want = torch.tensor([math.log(v) for v in values], dtype=torch.float64)
+    ulps = (got.view(torch.int64) - want.view(torch.int64)).abs()
+    assert int(ulps.max()) <= 2
+
+
+def _battery(dtype, rows=6, vocab=1537, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    logits = (torch.randn(rows, vocab, generator=g) * 3).to(dtype)
+    logits[1, 11] = float("nan")
+    logits[2, :] = float("-inf")
+    logits[2, 700] = 0.5  # one finite entry
+    logits[3, 5:9] = logits[3].max() + 1  # ties at the top
+    kw = {"seeds": [0, 2**64 - 1, 3, 2**32, 77, 5], "positions": [0, 1, 2**32 - 1, 9, 4, 5],
+          "temperature": [1.0, 0.7, 1.3, 0.0, 2.5, 1e-3]}  # fmt: skip
+    filters = [{}, {"top_k": [0, 3, 1, 5, 40, 2]}, {"top_p": [0.9, 0.5, 1.0, 0.2, 0.99, 0.05]},
+               {"min_p": [0.05, 0.0, 0.3, 1.0, 0.01, 0.5]},
+               {"top_k": 50, "top_p": 0.8, "min_p": 0.02}]  # fmt: skip
+    return logits, kw, filters
+
+
+def _native_built():
+    from reasonserve.ops import sampling
+
+    return sampling._native_ready()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16, torch.float64])
+def test_native_sampler_gives_the_torch_definition_bit_for_bit(dtype):
+    if not _native_built():
+        pytest.skip("the native extension is not built here")
+    logits, kw, filters = _battery(dtype)
+    for f in filters:
+        want = ops.sample(logits, impl="torch", **kw, **f)
+        assert torch.equal(ops.sample(logits, impl="native", **kw, **f), want), f
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_triton_sampler_gives_the_torch_definition_bit_for_bit(dtype, monkeypatch):
+    pytest.importorskip("triton", reason="Triton is not installed")
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    logits, kw, filters = _battery(dtype, vocab=1100)
+    for f in filters[:3]:
+        want = ops.sample(logits, impl="torch", **kw, **f)
+        assert torch.equal(ops.sample(logits, impl="triton", **kw, **f), want), f
+
+
+def test_dead_rows_nan_rows_and_ties_follow_the_rules():
+    logits, kw, _ = _battery(torch.float32)
+    tokens = ops.sample_into(logits, **kw)
+    assert tokens[1].item() == 11  # the first NaN
+    assert tokens[2].item() == 700  # the only finite entry
+    assert tokens[3].item() == 5  # greedy: the first of the tied maxima
+    logits[2, 700] = float("-inf")
+    assert ops.sample_into(logits, **kw)[2].item() == DEAD_ROW
+    with pytest.raises(InvalidArgumentError, match=r"rows \[2\]"):
+        ops.sample(logits, **kw)
+
+
+@pytest.mark.parametrize("impl", ["torch", "native", "triton"])
+def test_sample_into_writes_one_hot_rows_in_place_and_skips_the_rest(impl, monkeypatch):
+    if impl == "native" and not _native_built():
+        pytest.skip("the native extension is not built here")
+    if impl == "triton":
+        pytest.importorskip("triton", reason="Triton is not installed")
+        monkeypatch.setenv("TRITON_INTERPRET", "1")
+    logits, kw, _ = _battery(torch.float32)
+    logits[1, 11] = 0.0
+    before = logits.clone()
+    active = torch.tensor([True, True, True, False, True, True])
+    rows = [5, 0, 2, 3, 4, 1]  # any order; row 3 inactive
+    tokens = ops.sample_into(logits, rows=rows, active=active, one_hot=True, impl=impl, **kw)
+    alone = [ops.sample(before[r : r + 1], seeds=kw["seeds"][i], positions=kw["positions"][i],
+                        temperature=kw["temperature"][i]).item() for i, r in enumerate(rows)]  # fmt: skip
+    for i, r in enumerate(rows):
+        if not active[i]:
+            assert tokens[i].item() == INACTIVE_ROW and torch.equal(logits[r], before[r])
+            continue
+        assert tokens[i].item() == alone[i]
+        assert torch.isfinite(logits[r]).nonzero().flatten().tolist() == [alone[i]]
+        assert logits[r, alone[i]].item() == 0.0
+
+
+def test_sample_into_never_reads_a_tensor_back(monkeypatch):
+    """No host sync: device-agnostic code that never calls item/tolist/bool on a tensor."""
+    logits, kw, _ = _battery(torch.float32)
+    seeds, positions = torch.tensor(kw["seeds"][:1] * 6), torch.tensor(kw["positions"])
+    temperature = torch.tensor(kw["temperature"], dtype=torch.float64)
+    top_p = torch.full((6,), 0.9, dtype=torch.float64)
+    rows, active = torch.arange(6), torch.ones(6, dtype=torch.bool)
+
+    def refuse(*_a, **_k):
+        raise AssertionError("a tensor was read back on the host")
+
+    for name in ("item", "tolist", "__bool__", "__int__", "__float__", "nonzero", "numpy", "__index__"):
+        monkeypatch.setattr(torch.Tensor, name, refuse)
+    for impl in ("torch", "native") if _native_built() else ("torch",):
+        ops.sample_into(logits.clone(), seeds=seeds, positions=positions, temperature=temperature,
+                        top_p=top_p, rows=rows, active=active, one_hot=True, impl=impl)  # fmt: skip
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("rows", [256, 1024])
+def test_gpu_sampler_gives_cpu_tokens_without_sync_or_extra_memory(rows):
+    """On CUDA: the Triton sampler's tokens equal the CPU's, sample_into never syncs, and
+    its peak extra memory stays below one logits buffer (152k vocabulary, bf16)."""
+    g = torch.Generator().manual_seed(1)
+    cpu = (torch.randn(rows, 151936, generator=g) * 3).to(torch.bfloat16)
+    seeds, positions = torch.randint(0, 2**62, (rows,), generator=g), torch.randint(0, 2**31, (rows,), generator=g)
+    temperature = torch.rand(rows, generator=g, dtype=torch.float64) + 0.3
+    want = ops.sample(cpu, seeds=seeds, positions=positions, temperature=temperature)
+    logits = cpu.cuda()
+    args = {"seeds": seeds.cuda(), "positions": positions.cuda(), "temperature": temperature.cuda()}
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    start = torch.cuda.memory_allocated()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        got = ops.sample_into(logits, **args)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    assert torch.cuda.max_memory_allocated() - start <= logits.numel() * logits.element_size()
+    assert torch.equal(got.cpu(), want)

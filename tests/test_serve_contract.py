@@ -33,7 +33,7 @@ VLLM_REQUEST_FIELDS = {
              "continue_final_message", "tools", "tool_choice", "chat_template", "parallel_tool_calls"],
 }  # fmt: skip
 NON_DEFAULT = {  # a value that must be refused for each rejected parameter
-    "best_of": 3, "stream_options.continuous_usage_stats": True, "logprobs": 2, "top_logprobs": 2,
+    "best_of": 3, "stream_options.continuous_usage_stats": True,
     "prompt_logprobs": 1, "suffix": "x", "presence_penalty": 0.5, "frequency_penalty": 0.5,
     "repetition_penalty": 1.2, "logit_bias": {"1": 1.0}, "use_beam_search": True, "min_tokens": 1,
     "skip_special_tokens": False, "response_format": {"type": "json_object"}, "tools": [{"type": "function"}],
@@ -123,3 +123,14 @@ def test_responses_carry_vllms_fields(live):
     first = httpx.Response(200, content=lines[0][6:]).json()
     _keys(first, "id", "object", "created", "model", "choices")
     assert first["object"] == "chat.completion.chunk" and first["choices"][0]["delta"]["role"] == "assistant"
+
+
+def test_every_serve_flag_has_a_row_in_the_flag_table():
+    from reasonserve.cli import _parser
+
+    sub = next(a for a in _parser()._actions if a.dest == "command")
+    flags = {opt for action in sub.choices["serve"]._actions for opt in action.option_strings} - {"-h", "--help"}
+    section = DOC.read_text().split("## Flags", 1)[1].split("\n## ", 1)[0]
+    documented = set(re.findall(r"`(--[a-z-]+)", section))
+    assert flags <= documented, sorted(flags - documented)
+

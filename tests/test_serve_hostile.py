@@ -79,7 +79,7 @@ BAD = [  # (raw body, path, param)
     (b'{"prompt":"hi","max_tokens":1001}', None, "max_tokens"),
     (b'{"prompt":"hi","n":0}', None, "n"),
     (b'{"prompt":"hi","frobnicate":1}', None, "frobnicate"),
-    (b'{"prompt":"hi","logprobs":2}', None, "logprobs"),
+    (b'{"prompt":"hi","logprobs":21}', None, "logprobs"),
     (b'{"prompt":"hi","vllm_xargs":{"k":1}}', None, "vllm_xargs.k"),
     (b'{"prompt":[1,999]}', None, None),
     (b'{"prompt":[]}', None, "prompt"),

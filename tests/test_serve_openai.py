@@ -129,7 +129,7 @@ def test_request_id_priority_and_seed(client):
 
 @pytest.mark.parametrize(
     ("kwargs", "param"),
-    [(dict(logprobs=2), "logprobs"), (dict(extra_body={"suffix": "x"}), "suffix"),
+    [(dict(logprobs=2, echo=True), "logprobs"), (dict(extra_body={"suffix": "x"}), "suffix"),
      (dict(presence_penalty=0.5), "presence_penalty"), (dict(best_of=3), "best_of"),
      (dict(extra_body={"use_beam_search": True}), "use_beam_search"),
      (dict(extra_body={"min_tokens": 2}), "min_tokens"), (dict(logit_bias={"1": 2.0}), "logit_bias")],
@@ -140,12 +140,12 @@ def test_unsupported_parameters_are_400s_naming_them(client, kwargs, param):
     assert info.value.body["param"] == param
 
 
-def test_chat_logprobs_rejected_and_unknown_model_404(client):
+def test_top_logprobs_without_logprobs_and_unknown_model(client):
     with pytest.raises(openai.BadRequestError) as info:
         client.chat.completions.create(
-            model="tiny", messages=[{"role": "user", "content": "x"}], logprobs=True
+            model="tiny", messages=[{"role": "user", "content": "x"}], top_logprobs=2
         )
-    assert info.value.body["param"] == "logprobs"
+    assert info.value.body["param"] == "top_logprobs"
     with pytest.raises(openai.NotFoundError) as missing:
         client.completions.create(model="gpt-4", prompt="x", max_tokens=2)
     assert missing.value.body["type"] == "NotFoundError" and missing.value.body["param"] == "model"

@@ -77,7 +77,25 @@ def _parser() -> argparse.ArgumentParser:
                        help="N engine replicas on Ray Serve, PASCAL-routed (ray extra; docs/ray_serve.md)")
     serve.add_argument("--router", default=None, choices=["pascal", "pow2"],
                        help="replica router, with --replicas only (default pascal)")  # fmt: skip
+    _serve_model_args(serve)
     return parser
+
+
+def _serve_model_args(serve) -> None:
+    """How the checkpoint is served: chat, reasoning, scheduling (docs/serve.md)."""
+    serve.add_argument("--max-num-batched-tokens", type=int, default=512, help="tokens per forward pass")
+    serve.add_argument("--chat-template", default=None,
+                       help="chat template file (or the template text); default: the tokenizer's")
+    serve.add_argument("--trust-request-chat-template", action="store_true",
+                       help="accept a request's own chat_template (Jinja from clients: trusted clients only)")
+    serve.add_argument("--reasoning-parser", default=None, choices=["deepseek_r1", "qwen3"],
+                       help="split <think>...</think> into message.reasoning (vLLM's parsers)")
+    serve.add_argument("--policy", "--scheduling-policy", default="fcfs",
+                       help="scheduling policy: fcfs, priority, pascal, dynasor, round_robin, app_fifo, lpm, "
+                            "flashtts_prefix (default fcfs)")  # fmt: skip
+    serve.add_argument("--policy-args", default=None, metavar="JSON",
+                       help='the policy\'s fields as a JSON object, e.g. \'{"quantum": 500}\'')
+    serve.add_argument("--seed", type=int, default=0, help="seeds for requests that bring none")
 
 
 def _replay_parsers(sub) -> None:
@@ -235,18 +253,36 @@ def _grader(kind: str):
 def _serve(args) -> int:
     """Serve until SIGTERM (exit 0) or until the engine loop dies (exit 1)."""
     from reasonserve.engine import Engine, EngineConfig
-    from reasonserve.serve.config import ServeConfig
-    from reasonserve.serve.server import serve
 
+    try:
+        from reasonserve.serve import launch
+        from reasonserve.serve.config import ServeConfig
+        from reasonserve.serve.server import serve
+    except ImportError as err:  # fastapi / uvicorn missing
+        hint = f"reasonserve serve needs: pip install 'reasonserve[serve]' ({err})"
+        raise ImplementationUnavailableError(hint) from err
+
+    tokenizer = launch.load_serving_tokenizer(args.model)
+    eot = args.end_of_thinking_token_id
     engine_cfg = EngineConfig(mode=args.mode, num_blocks=args.num_blocks, block_size=args.block_size,
                               max_num_seqs=args.max_num_seqs, max_model_len=args.max_model_len,
-                              end_of_thinking_token_id=args.end_of_thinking_token_id)  # fmt: skip
+                              max_num_batched_tokens=args.max_num_batched_tokens, seed=args.seed,
+                              policy=args.policy,
+                              eos_token_ids=launch.serving_eos_ids(args.model, tokenizer),
+                              end_of_thinking_token_id=eot if eot is not None else
+                              launch.end_of_thinking_id(args.reasoning_parser, tokenizer))  # fmt: skip
+    policy = launch.make_policy(args.policy, args.policy_args)
     cfg = ServeConfig(model_name=args.served_model_name or pathlib.Path(args.model).name,
                       max_tokens_limit=args.max_tokens_limit, max_request_bytes=args.max_request_bytes,
                       max_queued_requests=args.max_queued_requests, max_connections=args.max_connections,
                       header_timeout_s=args.header_timeout_s, body_timeout_s=args.body_timeout_s,
-                      drain_timeout_s=args.drain_timeout_s)  # fmt: skip
+                      drain_timeout_s=args.drain_timeout_s,
+                      chat_template=launch.read_chat_template(args.chat_template),
+                      trust_request_chat_template=args.trust_request_chat_template,
+                      reasoning_parser=args.reasoning_parser)  # fmt: skip
     if args.replicas is not None:  # Ray Serve replicas (issue 17)
+        if args.policy_args is not None:
+            raise InvalidArgumentError("--policy-args does not reach --replicas (they take policies by name)")
         from reasonserve.adapters.ray_serve import RayServeConfig
 
         try:
@@ -258,7 +294,9 @@ def _serve(args) -> int:
         replicas = RayServeConfig(model=args.model, num_replicas=args.replicas, engine=engine_cfg,
                                   router=args.router or "pascal", serve=cfg)  # fmt: skip
         return run_local(replicas, host=args.host, port=args.port)
-    return serve(Engine.from_pretrained(args.model, engine_cfg), cfg, host=args.host, port=args.port)
+    engine = Engine.from_pretrained(args.model, engine_cfg, tokenizer=tokenizer, policy=policy)
+    print(f"reasonserve serve: model {cfg.model_name!r} at http://{args.host}:{args.port}/v1", flush=True)
+    return serve(engine, cfg, host=args.host, port=args.port)
 
 
 def _first(folder: pathlib.Path, pattern: str) -> str:

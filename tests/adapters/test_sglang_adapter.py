@@ -29,11 +29,15 @@ from reasonserve.core.errors import InvalidArgumentError
 END = 99
 
 
-def _req(rid: str, prompt_len: int, output=(), **sampling):
+def _req(rid: str, prompt_len: int, output=(), decode_steps=0, **sampling):
+    """A request as the processor and the hook read it: prompt, output, sampling params,
+    and SGLang's forward-side counters (prompt + output at the last prefill, decode steps
+    prepared since). See test_sglang_overlap.py for SGLang's own Req."""
     params = SamplingParams(**sampling)
     params.normalize(None)
-    return SimpleNamespace(rid=rid, origin_input_ids=array("i", range(1, prompt_len + 1)),
-                           output_ids=list(output), sampling_params=params)  # fmt: skip
+    prompt = array("i", range(1, prompt_len + 1))
+    return SimpleNamespace(rid=rid, origin_input_ids=prompt, output_ids=list(output), sampling_params=params,
+                           full_untruncated_fill_ids=prompt + array("i", output), decode_batch_idx=decode_steps)  # fmt: skip
 
 
 # custom logit processor ---------------------------------------------------------------
@@ -65,6 +69,29 @@ def test_greedy_requests_normalised_by_sglang_get_the_argmax():
     assert torch.isfinite(out[0]).sum() == 1
 
 
+def test_each_row_draws_at_its_own_seed_position_and_temperature():
+    """The token is ops.sample's for the row's own seed, position (SGLang's counters) and
+    temperature; changing any one of them changes the draws over a flat distribution.
+    (A processor that ignored one of them gives the same token across that column.)"""
+    proc = SeededSamplingProcessor()
+    logits = torch.randn(1, 200, generator=torch.Generator().manual_seed(5)) * 0.5
+    cases = [(seed, prompt, steps, temp) for seed in (1, 2, 3) for prompt, steps in ((5, 0), (5, 3), (9, 1))
+             for temp in (0.3, 1.0, 3.0)]  # fmt: skip
+    drawn = {}
+    for seed, prompt, steps, temp in cases:
+        req = _req("r", prompt, output=[7] * steps, decode_steps=steps, temperature=temp)
+        out = proc(logits.clone(), [{"reasonserve_seed": seed, "__req__": req}])
+        token = torch.isfinite(out[0]).nonzero().flatten().tolist()
+        want = ops.sample(logits, seeds=seed, positions=prompt + 2 * steps, temperature=temp).tolist()
+        assert token == want, (seed, prompt, steps, temp)
+        drawn[seed, prompt + 2 * steps, temp] = want[0]  # the position: prompt + output + decode steps
+    for axis in range(3):  # seed, position, temperature: each on its own changes the token somewhere
+        groups: dict = {}
+        for key, token in drawn.items():
+            groups.setdefault(key[:axis] + key[axis + 1 :], set()).add(token)
+        assert any(len(tokens) > 1 for tokens in groups.values()), axis
+
+
 def test_a_bad_seed_leaves_the_row_to_sglang():
     req = _req("x", 2)
     logits = torch.randn(1, 30, generator=torch.Generator().manual_seed(2))
@@ -86,15 +113,19 @@ def test_without_settings_the_plugin_registers_nothing():
     assert rs_plugin.TARGET not in HookRegistry._hooks
 
 
-def test_bad_settings_are_a_typed_error():
+def test_bad_settings_are_typed_errors_and_never_stop_sglang():
     with pytest.raises(InvalidArgumentError, match="JSON"):
-        rs_plugin.register({rs_plugin.ENV_SETTINGS: "{not json"})
+        rs_plugin._settings("{not json")
     with pytest.raises(InvalidArgumentError, match="think_end_token_id"):
-        rs_plugin.register({rs_plugin.ENV_SETTINGS: "{}"})
+        rs_plugin._settings("{}")
+    HookRegistry.reset()
+    assert rs_plugin.register({rs_plugin.ENV_SETTINGS: "{not json"}) is False  # logged, SGLang runs on
+    assert rs_plugin.TARGET not in HookRegistry._hooks
 
 
-def test_the_version_gate_refuses_older_sglang(monkeypatch):
-    monkeypatch.setattr(rs_plugin.metadata, "version", lambda name: "0.5.22")
+@pytest.mark.parametrize("version", ["0.5.22", "0.6.0"])
+def test_the_version_gate_refuses_sglang_outside_the_range(version, monkeypatch):
+    monkeypatch.setattr(rs_plugin.metadata, "version", lambda name: version)
     HookRegistry.reset()
     assert rs_plugin.register({rs_plugin.ENV_SETTINGS: '{"think_end_token_id": 99}'}) is False
     assert rs_plugin.TARGET not in HookRegistry._hooks
@@ -120,12 +151,13 @@ def test_the_hooked_policy_admits_reasoning_before_answering(hooked_calc_priorit
     queue = [
         _req("answering", 4, output=[5, END, 6]),  # retracted after it closed its thinking
         _req("fresh-1", 8),
-        _req("long", 10, output=[5] * 45),  # past the demotion threshold
+        _req("long", 10, output=[5] * 55),  # generated past the demotion threshold
+        _req("long-prompt", 400),  # a prompt alone never demotes: not behind later arrivals
         _req("fresh-2", 3),
         _req("reasoning", 4, output=[5, 6]),
     ]
     assert hooked_calc_priority(object(), queue) is None
-    assert [r.rid for r in queue] == ["fresh-1", "fresh-2", "reasoning", "answering", "long"]
+    assert [r.rid for r in queue] == ["fresh-1", "long-prompt", "fresh-2", "reasoning", "answering", "long"]
     _fcfs_calc_priority(object(), queue)  # unhooked, nothing moves: the order above is the hook's
 
 

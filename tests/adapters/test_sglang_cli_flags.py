@@ -25,6 +25,17 @@ def test_printed_flags_parse_with_sglangs_parser(seeded):
 
 
 def test_the_printed_environment_is_what_the_plugin_reads():
-    cmd = engine_command("sglang", think_end_token_id=7, quantum=32)
+    cmd = engine_command("sglang", think_end_token_id=7, demote_threshold_tokens=300)
     assert set(cmd.env) == {plugin.ENV_SETTINGS}
-    assert plugin._settings(cmd.env[plugin.ENV_SETTINGS]).quantum == 32
+    config = plugin._settings(cmd.env[plugin.ENV_SETTINGS])
+    assert (config.think_end_token_ids, config.demote_threshold_tokens) == ((7,), 300)
+
+
+def test_sglang_takes_no_quantum():
+    """The hook orders admission only; a quantum would have no effect, so it is refused."""
+    from reasonserve.core.errors import InvalidArgumentError
+
+    with pytest.raises(InvalidArgumentError, match="vLLM only"):
+        engine_command("sglang", think_end_token_id=7, quantum=32)
+    with pytest.raises(InvalidArgumentError, match="no effect"):
+        plugin._settings('{"think_end_token_id": 7, "quantum": 32}')

@@ -138,6 +138,45 @@ def test_v2_rows_map_to_slots_and_draw_at_pos_plus_one(make_vllm_config):
     assert _one_hot_at(got[2]) == _expected(logits[2], 7, 41, sp7)
 
 
+def test_v2_speculative_rows_each_draw_at_their_own_position(make_vllm_config):
+    """Under speculative decoding a request owns one logits row per draft token (plus the
+    bonus row): ``expanded_idx_mapping`` maps each row to its slot and ``pos`` holds each
+    row's own position, so the rows of one request draw at consecutive positions."""
+    proc = SeededSamplingLogitsProcessor(make_vllm_config(), _request_state(8))
+    sp2, sp7 = _params(21, temperature=0.9), _params(77, temperature=1.2, top_k=20)
+    proc.add_request(2, sp2)
+    proc.add_request(5, _params(None))
+    proc.add_request(7, sp7)
+    slots, positions = [2, 2, 2, 5, 7, 7], [10, 11, 12, 3, 20, 21]
+    ctx = LogitsContext(
+        expanded_idx_mapping=torch.tensor(slots, dtype=torch.int32),
+        idx_mapping=torch.tensor([2, 5, 7], dtype=torch.int32), idx_mapping_np=torch.tensor([2, 5, 7]).numpy(),
+        expanded_local_pos=torch.tensor([0, 1, 2, 0, 0, 1], dtype=torch.int32),
+        input_ids=torch.zeros(6, dtype=torch.int32), pos=torch.tensor(positions, dtype=torch.int64),
+        seq_lens_upper_bound_np=torch.tensor([13, 4, 22]).numpy(),
+    )  # fmt: skip
+    logits = _logits(6, seed=9)
+    got = proc.apply(logits.clone(), ctx)
+    by_slot = {2: (21, sp2), 7: (77, sp7)}
+    drawn = []
+    for row, (slot, pos) in enumerate(zip(slots, positions, strict=True)):
+        if slot not in by_slot:
+            assert torch.equal(got[row], logits[row])
+            continue
+        seed, sp = by_slot[slot]
+        drawn.append(_one_hot_at(got[row]))
+        assert drawn[-1] == _expected(logits[row], seed, pos + 1, sp), row
+    # the same logits row at the next position draws another token: positions matter
+    same = logits[0:1].expand(3, -1).clone()
+    ctx_same = LogitsContext(expanded_idx_mapping=torch.tensor([2, 2, 2], dtype=torch.int32), idx_mapping=ctx.idx_mapping[:1],
+                             idx_mapping_np=ctx.idx_mapping_np[:1], expanded_local_pos=torch.tensor([0, 1, 2]),
+                             input_ids=torch.zeros(3, dtype=torch.int32), pos=torch.tensor([10, 11, 12]),
+                             seq_lens_upper_bound_np=ctx.seq_lens_upper_bound_np[:1])  # fmt: skip
+    tokens = [_one_hot_at(r) for r in proc.apply(same, ctx_same)]
+    assert tokens == [_expected(logits[0], 21, p + 1, sp2) for p in (10, 11, 12)]
+    assert len(set(tokens)) > 1
+
+
 def test_v2_recycled_slot_forgets_its_previous_occupant(make_vllm_config):
     proc = SeededSamplingLogitsProcessor(make_vllm_config(), _request_state(4))
     proc.add_request(1, _params(9))
@@ -177,3 +216,30 @@ def test_a_row_ops_sample_rejects_is_left_to_the_engine(make_vllm_config):
     got = proc.apply(logits.clone(), _context([0, 1], [3, 3]))
     assert torch.equal(got[0], logits[0])
     assert _one_hot_at(got[1]) == _expected(logits[1], 2, 4, _params(2))
+
+
+def test_v1_slot_recycled_in_vllms_input_batch_forgets_the_old_seed():
+    """vLLM's own InputBatch: a seeded request leaves and an unseeded one takes its slot in
+    the same step. The builder reuses the removed index and reports it only as added
+    (not removed), so the processor must clear the slot on an unseeded add."""
+    from vllm.v1.worker.gpu_input_batch import CachedRequestState, InputBatch
+
+    proc = SeededSamplingLogitsProcessorV1(None, torch.device("cpu"), False)
+    batch = InputBatch(max_num_reqs=4, max_model_len=64, max_num_batched_tokens=64, device=torch.device("cpu"),
+                       vocab_size=VOCAB, block_sizes=[16], max_num_blocks_per_req=[4],
+                       logitsprocs=LogitsProcessors([proc]))  # fmt: skip
+
+    def request(rid, sp):
+        return CachedRequestState(req_id=rid, prompt_token_ids=[1, 2, 3], mm_features=[], sampling_params=sp,
+                                  generator=None, block_ids=([0],), num_computed_tokens=3, output_token_ids=[])  # fmt: skip
+
+    batch.add_request(request("seeded", _params(5, temperature=1.0)))
+    batch.refresh_metadata()
+    logits = _logits(1, seed=8)
+    assert _one_hot_at(proc.apply(logits.clone())[0]) == _expected(logits[0], 5, 3, _params(5, temperature=1.0))
+    batch.remove_request("seeded")
+    batch.add_request(request("greedy", _params(None, temperature=0.0)))
+    batch.condense()
+    batch.refresh_metadata()
+    assert batch.req_ids == ["greedy"]  # the same slot, 0
+    assert torch.equal(proc.apply(logits.clone()), logits)  # left to vLLM's own (greedy) sampler

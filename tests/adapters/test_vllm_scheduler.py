@@ -147,3 +147,56 @@ def _admitted_after_preemption(sched) -> dict[str, int]:
 def test_the_waiting_queue_puts_reasoning_before_a_preempted_answering_request(cls, make_vllm_config):
     split = _admitted_after_preemption(_scheduler(cls, make_vllm_config, num_blocks=4))
     assert "C" in split and "A" not in split
+
+
+def _decode_counts(sched, steps: int) -> dict[str, int]:
+    """Tokens (prefill and decode) each request is scheduled over ``steps`` steps."""
+    counts: dict[str, int] = {}
+    for _ in range(steps):
+        for rid, n in _step(sched, {}).items():
+            counts[rid] = counts.get(rid, 0) + n
+    return counts
+
+
+def _three_reasoning(sched):
+    """A, B, C admitted together (one-token prompts, a budget of 3), then a budget of 2
+    tokens a step: only two of the three running requests can decode each step."""
+    for i, rid in enumerate("ABC"):
+        sched.add_request(_request(rid, 1, arrival=float(i)))
+    assert _step(sched, {}) == {"A": 1, "B": 1, "C": 1}
+    sched.max_num_scheduled_tokens = 2  # vLLM's per-step budget (its config wants >= max_num_seqs)
+    return sched
+
+
+@pytest.mark.parametrize("cls", [PhaseAwareScheduler, PhaseAwareSyncScheduler])
+def test_the_quantum_rotates_the_token_budget_through_the_queue(cls, make_vllm_config):
+    """Three running reasoning requests, two tokens a step: each in turn gets its quantum
+    (4 tokens, its prompt token included) at the head of the queue, so none starves."""
+    settings = {"think_end_token_id": END, "quantum": 4}
+    sched = _three_reasoning(_scheduler(cls, make_vllm_config, budget=3, settings=settings, max_num_seqs=3))
+    counts = _decode_counts(sched, 36)
+    assert set(counts) == {"A", "B", "C"}
+    assert max(counts.values()) - min(counts.values()) <= 4, counts  # 72 tokens, about 24 each
+
+
+def test_vllm_fcfs_gives_the_third_request_nothing(make_vllm_config):
+    """The same steps on vLLM's own scheduler: the behaviour the quantum changes."""
+    from vllm.v1.core.sched.scheduler import Scheduler
+
+    sched = _three_reasoning(_scheduler(Scheduler, make_vllm_config, budget=3, max_num_seqs=3))
+    assert "C" not in _decode_counts(sched, 36)
+
+
+def test_both_waiting_queues_are_ordered(make_vllm_config):
+    """vLLM drains kv_holding_waiting (waiting requests that still hold KV blocks) before
+    waiting: an answering request there goes behind a reasoning one, as in waiting."""
+    sched = _scheduler(PhaseAwareSyncScheduler, make_vllm_config)
+    answering, reasoning = _request("ans", 4, arrival=1.0), _request("rea", 4, arrival=2.0)
+    answering.append_output_token_ids([5, END])
+    for queue in (sched.kv_holding_waiting, sched.waiting):
+        queue.add_request(answering)
+        queue.add_request(reasoning)
+        sched.requests.update({"ans": answering, "rea": reasoning})
+        sched.reorder_queues(10.0)
+        assert [r.request_id for r in queue] == ["rea", "ans"]
+        queue.remove_requests([answering, reasoning])

@@ -38,11 +38,11 @@ class EngineCommand:
 
 def add_adapter_parser(sub) -> None:
     p = sub.add_parser("adapter", help="print the vLLM / SGLang command line that loads reasonserve's pieces")
-    p.add_argument("engine", choices=["vllm", "sglang"])
+    p.add_argument("engine", choices=["vllm", "sglang"], help="the engine whose command line to print")
     p.add_argument("--model", default="Qwen/Qwen3-8B", help="model path or hub id for the engine")
     p.add_argument("--think-end-token-id", type=int, default=None,
                    help="id of </think> in the model's tokenizer: phase-aware scheduling on")  # fmt: skip
-    p.add_argument("--quantum", type=int, default=500, help="PASCAL token quantum per queue")
+    p.add_argument("--quantum", type=int, default=None, help="vLLM: PASCAL token quantum (default 500)")
     p.add_argument("--demote-threshold-tokens", type=int, default=5000, help="PASCAL demotion threshold")
     p.add_argument("--no-async-scheduling", action="store_true", help="vLLM: the synchronous scheduler")
     p.add_argument("--seeded-sampling", action="store_true",
@@ -55,17 +55,22 @@ def engine_command(
     *,
     model: str = "Qwen/Qwen3-8B",
     think_end_token_id: int | None = None,
-    quantum: int = 500,
+    quantum: int | None = None,
     demote_threshold_tokens: int = 5000,
     async_scheduling: bool = True,
     seeded_sampling: bool = False,
 ) -> EngineCommand:
-    """The command for ``engine`` ("vllm" or "sglang"); settings validated as the adapters do."""
+    """The command for ``engine`` ("vllm" or "sglang"); settings validated as the adapters do.
+    ``quantum`` is vLLM's only (default 500): SGLang's hook orders admission only."""
     settings = None
+    if engine == "sglang" and quantum is not None:
+        raise InvalidArgumentError("quantum applies to vLLM only: SGLang's hook orders admission only")
     if think_end_token_id is not None:
-        settings = {"think_end_token_id": think_end_token_id, "quantum": quantum,
-                    "demote_threshold_tokens": demote_threshold_tokens}  # fmt: skip
-        PhaseAwareConfig.from_mapping(settings)  # the same checks the engine-side code runs
+        settings = {"think_end_token_id": think_end_token_id}
+        if engine == "vllm":
+            settings["quantum"] = 500 if quantum is None else quantum
+        settings["demote_threshold_tokens"] = demote_threshold_tokens
+        PhaseAwareConfig.from_mapping(settings, quantum=engine == "vllm")  # the checks the engine side runs
     if engine == "vllm":
         return _vllm(model, settings, async_scheduling)
     if engine == "sglang":

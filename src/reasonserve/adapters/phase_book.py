@@ -8,6 +8,22 @@ last admitted (its quantum used) and when it last entered the waiting queue (its
 arrival, or its last preemption). It scans each request's output only once (from
 where it stopped) and forgets requests the host no longer holds. Engine-agnostic:
 the adapters feed it plain numbers and id lists.
+
+:meth:`PhaseBook.rank` is the sort key a host orders its queues by: the policy's own
+``PascalPolicy.rank_key``, with two adapter rules.
+
+* **Round robin by rotation.** vLLM never preempts a running request to let another
+  run; so when a running request has used its quantum it is re-entered at the back of
+  its queue (its enqueue time becomes now, its quantum restarts): the next request
+  of the queue comes first, PASCAL's round robin without a preemption.
+* **Demotion counts generated tokens.** PASCAL demotes long *reasoning*; the policy's
+  own length test also counts the prompt, which in a host's FCFS queue demotes a long
+  prompt on arrival behind every later request, for ever. The ranking view reports
+  the prompt as 0 tokens, so a request is demoted once it has *generated* more than
+  the threshold, and a prompt of any length is ranked by its arrival.
+
+The key is recomputed only when an input it depends on crosses one of the rule's
+break points (phase, demotion, quantum), so a step costs a few comparisons per request.
 """
 
 from __future__ import annotations
@@ -46,12 +62,20 @@ class PhaseAwareConfig:
         return PascalPolicy(quantum=self.quantum, demote_threshold_tokens=self.demote_threshold_tokens)
 
     @classmethod
-    def from_mapping(cls, mapping: object) -> PhaseAwareConfig:
+    def from_mapping(cls, mapping: object, *, quantum: bool = True) -> PhaseAwareConfig:
         """From ``{"think_end_token_id": 151668, "quantum": 500, ...}`` (JSON a user passes
-        to the engine: vLLM ``--additional-config '{"reasonserve": {...}}'``)."""
+        to the engine: vLLM ``--additional-config '{"reasonserve": {...}}'``).
+        ``quantum=False``: a host where the quantum has no effect refuses the key."""
         if not isinstance(mapping, Mapping):
             raise InvalidTypeError(f"the {CONFIG_KEY!r} settings must be a JSON object, got {mapping!r}")
-        known = {"think_end_token_id", "think_end_token_ids", "quantum", "demote_threshold_tokens"}
+        known = {"think_end_token_id", "think_end_token_ids", "demote_threshold_tokens"} | (
+            {"quantum"} if quantum else set()
+        )
+        if not quantum and "quantum" in mapping:
+            raise InvalidArgumentError(
+                "'quantum' has no effect here: this host's hook orders only admission (PASCAL's queues), "
+                "never the running requests a quantum rotates; remove it"
+            )
         unknown = sorted(set(mapping) - known)
         if unknown:
             raise InvalidArgumentError(f"unknown {CONFIG_KEY!r} settings {unknown}; known: {sorted(known)}")
@@ -72,8 +96,10 @@ class _Entry:
     enqueued_s: float
     scanned: int = 0  # output ids already searched for an end-of-thinking token
     answering: bool = False
-    base: int | None = None  # computed tokens when last admitted (None: waiting)
+    base: int | None = None  # computed tokens when the quantum started (None: waiting)
     waiting_computed: int = 0  # computed tokens when last seen waiting
+    signature: tuple | None = None  # what the cached key depends on
+    key: tuple = ()
 
 
 @dataclass(slots=True)
@@ -82,6 +108,12 @@ class PhaseBook:
 
     config: PhaseAwareConfig
     _entries: dict[str, _Entry] = field(default_factory=dict)
+    policy: PascalPolicy = field(init=False)
+    _ends: frozenset[int] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.policy = self.config.policy()
+        self._ends = frozenset(self.config.think_end_token_ids)
 
     def view(
         self,
@@ -94,12 +126,55 @@ class PhaseBook:
         running: bool,
         now_s: float,
     ) -> RequestView:
+        e = self._update(request_id, arrival_s, num_computed_tokens, output_ids, running, now_s)
+        return self._view(request_id, e, arrival_s, num_prompt_tokens, num_computed_tokens, len(output_ids))
+
+    def rank(
+        self,
+        request_id: str,
+        arrival_s: float,
+        num_prompt_tokens: int,
+        num_computed_tokens: int,
+        output_ids: Sequence[int],
+        running: bool,
+        now_s: float,
+    ) -> tuple:
+        """The request's place in its queue (sort ascending); see the module docstring.
+        The arguments are :meth:`view`'s (positional here: a host calls this per request
+        per step)."""
+        e = self._update(request_id, arrival_s, num_computed_tokens, output_ids, running, now_s)
+        policy = self.policy
+        num_output = len(output_ids)
+        used = num_computed_tokens - e.base if e.base is not None else 0
+        if running and used >= policy.quantum and self._quantum_used(e, num_output, used) >= policy.quantum:
+            e.enqueued_s, e.base, used = now_s, num_computed_tokens, 0  # rotate to the back of its queue
+        over, quantum = num_output - policy.demote_threshold_tokens, policy.quantum
+        signature = (running, e.enqueued_s, e.answering, over > 0, used >= quantum, over >= quantum)
+        if signature != e.signature:
+            view = self._view(request_id, e, arrival_s, num_prompt_tokens, num_computed_tokens, num_output)
+            e.key = policy.rank_key(view._replace(num_prompt_tokens=0), running)
+            e.signature = signature
+        return e.key
+
+    def waiting_key(self, request_id: str, num_computed_tokens: int) -> tuple | None:
+        """The key :meth:`rank` gave a request last seen waiting with this many computed
+        tokens (a waiting request's key cannot change), or None: call :meth:`rank`."""
+        e = self._entries.get(request_id)
+        if e is None or e.base is not None or e.signature is None or e.signature[0]:
+            return None
+        return e.key if e.waiting_computed == num_computed_tokens else None
+
+    def _quantum_used(self, e: _Entry, num_output: int, used: int) -> int:
+        view = RequestView("", 0.0, Phase.ANSWERING if e.answering else Phase.REASONING, 0, 0, num_output,
+                           quantum_used=used)  # fmt: skip
+        return self.policy.quantum_used(view)
+
+    def _update(self, request_id, arrival_s, num_computed_tokens, output_ids, running, now_s) -> _Entry:
         e = self._entries.get(request_id)
         if e is None:
             e = self._entries[request_id] = _Entry(enqueued_s=arrival_s)
         if not e.answering and e.scanned < len(output_ids):
-            ends = self.config.think_end_token_ids
-            e.answering = any(t in ends for t in output_ids[e.scanned :])
+            e.answering = not self._ends.isdisjoint(output_ids[e.scanned :])
             e.scanned = len(output_ids)
         if running and e.base is None:
             e.base = e.waiting_computed
@@ -108,13 +183,16 @@ class PhaseBook:
                 e.enqueued_s = now_s
                 e.base = None
             e.waiting_computed = num_computed_tokens
+        return e
+
+    def _view(self, request_id, e: _Entry, arrival_s, num_prompt_tokens, num_computed_tokens, num_output):
         return RequestView(
             request_id=request_id,
             arrival_s=arrival_s,
             phase=self._phase(e, num_prompt_tokens, num_computed_tokens),
             num_prompt_tokens=num_prompt_tokens,
             num_computed_tokens=num_computed_tokens,
-            num_output_tokens=len(output_ids),
+            num_output_tokens=num_output,
             enqueued_s=e.enqueued_s,
             quantum_used=max(0, num_computed_tokens - e.base) if e.base is not None else 0,
         )

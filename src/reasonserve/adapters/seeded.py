@@ -19,20 +19,18 @@ This module is engine-agnostic and imports no engine.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import torch
 
 from reasonserve.core.errors import InvalidArgumentError, InvalidTypeError
-from reasonserve.ops.sampling import sample
+from reasonserve.ops.sampling import sample_into
 
-__all__ = ["SEED_KEY", "SeededParams", "force_seeded", "seeded_params"]
+__all__ = ["SEED_KEY", "SeededParams", "SlotTable", "force_seeded", "seeded_params"]
 
 SEED_KEY = "reasonserve_seed"
 GREEDY_BELOW = 1e-5  # vLLM and SGLang treat a temperature below this as greedy
-_log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,44 +89,68 @@ def force_seeded(
     """Turn each listed row of ``logits [N, V]`` into a one-hot: 0 at the token
     ``ops.sample`` draws for that row's params and position, ``-inf`` elsewhere.
 
-    Edits ``logits`` in place and returns it. A row that ``ops.sample`` rejects (all
-    ``-inf``, say) is left as it was and logged, so one bad row never fails a batch
-    inside an engine worker.
+    Edits ``logits`` in place (one fused pass per row, no ``[rows, V]`` buffer, no host
+    sync) and returns it. A row where nothing can be sampled (all ``-inf``) is left as it
+    was, so one bad row never fails a batch inside an engine worker.
     """
     if not rows:
         return logits
-    tokens = _draw(logits, list(rows), list(params), list(positions))
-    for row, token in zip(rows, tokens, strict=True):
-        if token is None:
-            continue
-        logits[row].fill_(float("-inf"))
-        logits[row, token] = 0.0
-    return logits
-
-
-def _draw(logits, rows, params, positions) -> list[int | None]:
-    try:
-        return list(_sample_rows(logits, rows, params, positions))
-    except (InvalidArgumentError, InvalidTypeError):
-        out: list[int | None] = []
-        for i, row in enumerate(rows):
-            try:
-                out += _sample_rows(logits, [row], params[i : i + 1], positions[i : i + 1])
-            except (InvalidArgumentError, InvalidTypeError) as err:
-                _log.warning("reasonserve seeded sampling: row %d left to the engine: %s", row, err)
-                out.append(None)
-        return out
-
-
-def _sample_rows(logits, rows, params, positions) -> list[int | None]:
-    picked = logits[torch.tensor(rows, device=logits.device)]
-    tokens = sample(
-        picked,
+    sample_into(
+        logits,
+        rows=list(rows),
         seeds=[p.seed for p in params],
         positions=list(positions),
         temperature=[p.temperature for p in params],
-        top_k=[p.top_k for p in params],
-        top_p=[p.top_p for p in params],
-        min_p=[p.min_p for p in params],
+        top_k=_filter([p.top_k for p in params], 0),
+        top_p=_filter([p.top_p for p in params], 1.0),
+        min_p=_filter([p.min_p for p in params], 0.0),
+        one_hot=True,
     )
-    return tokens.tolist()
+    return logits
+
+
+def _filter(values: list, off) -> list | None:
+    """None when no row uses the filter (its pass is skipped)."""
+    return values if any(v != off for v in values) else None
+
+
+class SlotTable:
+    """Seeded params per persistent request slot, as device tensors, for engines whose
+    logits rows map to slots through a device tensor (vLLM's Model Runner V2): the rows
+    of a step are sampled without reading the mapping back on the host."""
+
+    def __init__(self, num_slots: int, device) -> None:
+        def zeros(dtype):
+            return torch.zeros(num_slots, dtype=dtype, device=device)
+
+        self.active, self.seed, self.top_k = zeros(torch.bool), zeros(torch.int64), zeros(torch.int64)
+        self.temperature, self.top_p, self.min_p = (zeros(torch.float64) for _ in range(3))
+
+    def set(self, slot: int, params: SeededParams | None) -> None:
+        """Slot ``slot`` now holds ``params`` (None: a request that did not opt in)."""
+        self.active[slot] = params is not None
+        if params is not None:
+            self.seed[slot] = params.seed - (1 << 64) if params.seed >= 1 << 63 else params.seed
+            self.temperature[slot] = params.temperature
+            self.top_k[slot] = params.top_k
+            self.top_p[slot] = params.top_p
+            self.min_p[slot] = params.min_p
+
+    def sample(self, logits: torch.Tensor, slots: torch.Tensor, positions: torch.Tensor, live) -> None:
+        """One-hot the rows whose slot (``slots [R]``, a device tensor, row ``i`` of
+        ``logits``) is active, at the token drawn for ``positions [R]``. ``live``: the
+        params of the active slots, read on the host only to skip unused filters."""
+        slots = slots.to(torch.int64)
+        live = list(live)
+        sample_into(
+            logits,
+            rows=torch.arange(slots.numel(), device=logits.device),
+            active=self.active[slots],
+            seeds=self.seed[slots],
+            positions=positions.to(torch.int64),
+            temperature=self.temperature[slots],
+            top_k=self.top_k[slots] if any(p.top_k for p in live) else None,
+            top_p=self.top_p[slots] if any(p.top_p < 1 for p in live) else None,
+            min_p=self.min_p[slots] if any(p.min_p > 0 for p in live) else None,
+            one_hot=True,
+        )

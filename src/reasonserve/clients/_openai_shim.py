@@ -6,7 +6,8 @@ can be validated against a host's own request models (vLLM's ``CompletionRequest
 
 * :class:`OpenAIShim` — ``/v1/completions`` (``/v1/chat/completions`` with
   ``chat=True``). ``extensions=True`` (the default, for ``reasonserve serve``) adds
-  ``priority`` (larger first), ``request_id``, ``return_token_ids`` and ``vllm_xargs``;
+  ``priority`` (sent lower-first, as vLLM and ``reasonserve serve`` read it),
+  ``request_id``, ``return_token_ids`` and ``vllm_xargs``;
   ``extensions=False`` sends only OpenAI fields (text prompts and results).
 * :class:`VLLMShim` — the same fields in vLLM's conventions: ``priority`` is lower
   first, so it is negated; ``extra`` goes to ``vllm_xargs``; chat continuation uses
@@ -46,8 +47,8 @@ class OpenAIShim:
 
     # request side --------------------------------------------------------------------
     def priority_value(self, priority: int) -> int:
-        """reasonserve priority (larger first) -> the host's value."""
-        return priority
+        """reasonserve priority (larger first) -> the host's value (lower first)."""
+        return -priority
 
     def payload(self, req: GenerateRequest, *, stream: bool) -> tuple[str, dict]:
         body: dict = {} if self.model is None else {"model": self.model}
@@ -170,6 +171,3 @@ class VLLMShim(OpenAIShim):
     priority``), ``vllm_xargs`` for ``extra``, ``request_id``, ``return_token_ids``."""
 
     name: str = "vllm"
-
-    def priority_value(self, priority: int) -> int:
-        return -priority

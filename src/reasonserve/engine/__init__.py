@@ -2,7 +2,7 @@
 batching over policy objects, decode-verify-rollback and probing forks. See
 ``docs/engine.md``."""
 
-from reasonserve.engine.checkpoint import load_weights, make_tiny_checkpoint
+from reasonserve.engine.checkpoint import checkpoint_eos_ids, load_weights, make_tiny_checkpoint
 from reasonserve.engine.config import ModelConfig
 from reasonserve.engine.engine import Engine
 from reasonserve.engine.engine_config import EngineConfig
@@ -20,6 +20,7 @@ __all__ = [
     "RequestOutput",
     "SamplingParams",
     "SequenceBatch",
+    "checkpoint_eos_ids",
     "load_weights",
     "make_tiny_checkpoint",
 ]

@@ -1,8 +1,9 @@
 """HF-format checkpoint folders: ``config.json`` + ``*.safetensors``.
 
-:func:`make_tiny_checkpoint` writes a small random Llama/Qwen2 model (no download) for
-demos and tests; :func:`load_weights` reads the tensors of any such folder, sharded or
-not, with the parameter names the HF implementations use.
+:func:`make_tiny_checkpoint` writes a small random Llama/Qwen2/Qwen3 model (no download)
+for demos and tests; :func:`load_weights` reads the tensors of any such folder, sharded
+or not, with the parameter names the HF implementations use; :func:`checkpoint_eos_ids`
+collects the end-of-sequence ids of ``config.json`` and ``generation_config.json``.
 """
 
 from __future__ import annotations
@@ -13,10 +14,10 @@ import pathlib
 import torch
 
 from reasonserve.core.errors import InvalidArgumentError
-from reasonserve.engine.config import ModelConfig
+from reasonserve.engine.config import ModelConfig, eos_token_ids, read_json_object
 from reasonserve.engine.safetensors_io import load_safetensors, save_safetensors
 
-__all__ = ["load_weights", "make_tiny_checkpoint"]
+__all__ = ["checkpoint_eos_ids", "load_weights", "make_tiny_checkpoint"]
 
 
 def _param_shapes(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:
@@ -39,9 +40,20 @@ def _param_shapes(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:
         if cfg.qkv_bias:
             shapes |= {p + "self_attn.q_proj.bias": (q,), p + "self_attn.k_proj.bias": (kv,),
                        p + "self_attn.v_proj.bias": (kv,)}  # fmt: skip
+        if cfg.o_bias:
+            shapes[p + "self_attn.o_proj.bias"] = (h,)
+        if cfg.mlp_bias:
+            i = cfg.intermediate_size
+            shapes |= {p + "mlp.gate_proj.bias": (i,), p + "mlp.up_proj.bias": (i,),
+                       p + "mlp.down_proj.bias": (h,)}  # fmt: skip
+        if cfg.qk_norm:
+            shapes |= {p + "self_attn.q_norm.weight": (d,), p + "self_attn.k_norm.weight": (d,)}
     if not cfg.tie_word_embeddings:
         shapes["lm_head.weight"] = (cfg.vocab_size, h)
     return shapes
+
+
+_ARCHITECTURES = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM"}
 
 
 def make_tiny_checkpoint(
@@ -57,17 +69,20 @@ def make_tiny_checkpoint(
     max_position_embeddings: int = 2048,
     tie_word_embeddings: bool = False,
     seed: int = 0,
+    extra: dict | None = None,
 ) -> pathlib.Path:
-    """Write a random model folder loadable by reasonserve and by ``transformers``."""
+    """Write a random model folder loadable by reasonserve and by ``transformers``;
+    ``extra`` adds or replaces ``config.json`` fields (e.g. ``rope_scaling``)."""
     raw = {
         "model_type": model_type,
-        "architectures": [f"{'Qwen2' if model_type == 'qwen2' else 'Llama'}ForCausalLM"],
+        "architectures": [_ARCHITECTURES.get(model_type, "LlamaForCausalLM")],
         "vocab_size": vocab_size, "hidden_size": hidden_size, "intermediate_size": intermediate_size,
         "num_hidden_layers": num_hidden_layers, "num_attention_heads": num_attention_heads,
         "num_key_value_heads": num_key_value_heads, "max_position_embeddings": max_position_embeddings,
         "rms_norm_eps": 1e-6, "rope_theta": 10000.0, "tie_word_embeddings": tie_word_embeddings,
         "hidden_act": "silu", "torch_dtype": "float32",
     }  # fmt: skip
+    raw |= extra or {}
     cfg = ModelConfig.from_dict(raw)
     gen = torch.Generator().manual_seed(seed)
     tensors = {}
@@ -101,3 +116,15 @@ def load_weights(path: str | pathlib.Path, cfg: ModelConfig) -> dict[str, torch.
         if tuple(tensors[name].shape) != shape:
             raise InvalidArgumentError(f"{name} has shape {tuple(tensors[name].shape)}, expected {shape}")
     return {name: tensors[name] for name in expected}
+
+
+def checkpoint_eos_ids(path: str | pathlib.Path) -> tuple[int, ...]:
+    """End-of-sequence ids a checkpoint declares: ``config.json``'s ``eos_token_id`` and
+    ``generation_config.json``'s (each an int or a list), in that order, without repeats."""
+    folder = pathlib.Path(path)
+    ids = list(ModelConfig.from_pretrained(folder).eos_token_ids)
+    generation = folder / "generation_config.json"
+    if generation.is_file():
+        raw = read_json_object(generation)
+        ids += eos_token_ids(raw.get("eos_token_id"), "generation_config.json eos_token_id")
+    return tuple(dict.fromkeys(ids))

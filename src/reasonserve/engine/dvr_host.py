@@ -16,6 +16,7 @@ from collections.abc import Callable
 from reasonserve.dvr.controller import DVRCounters, plan_groups, verify_inputs
 from reasonserve.engine.engine_config import EngineConfig
 from reasonserve.engine.kernels import INVARIANT
+from reasonserve.engine.logprobs import token_logprobs
 from reasonserve.engine.model_runner import Chunk, ModelRunner
 from reasonserve.engine.sequence import Sequence
 
@@ -100,13 +101,21 @@ def _commit(
     failed = next((c for c in checked if isinstance(c, Exception)), None)
     if failed is not None:
         return failed
+    for j in range(len(checked)):  # the thinking budget forces the same tokens as decoding did
+        forced = seq.forced_token(state.verified + j)
+        checked[j] = checked[j] if forced is None else forced
     before = state.verified
     result = state.commit(decoded, checked, window)  # type: ignore[arg-type]
     # KV now trusted: the replayed inputs up to the one that predicted the first mismatch.
     seq.num_computed = start + min(result.keep + 1, len(decoded))
+    k = seq.params.logprobs
+    if k is not None:  # committed tokens report the verify pass's (batch-invariant) logprobs
+        for j in range(result.keep):
+            seq.logprobs[before + j] = token_logprobs(logits[j], decoded[j], k)
     if result.replacement is not None:
         counters.rollbacks += 1
         counters.tokens_rolled_back += len(decoded) - result.keep
         seq.truncate(before + result.keep)
-        seq.append(result.replacement, now())
+        replacement = None if k is None else token_logprobs(logits[result.keep], result.replacement, k)
+        seq.append(result.replacement, now(), replacement)
     return None

@@ -22,6 +22,7 @@ from reasonserve.dvr.controller import DVRCounters
 from reasonserve.engine.dvr_host import verify_due
 from reasonserve.engine.engine_config import EngineConfig
 from reasonserve.engine.kernels import INVARIANT, STOCK, Kernels
+from reasonserve.engine.logprobs import TokenLogprobs, token_logprobs
 from reasonserve.engine.metrics import EngineMetrics
 from reasonserve.engine.model import DecoderModel
 from reasonserve.engine.model_runner import Chunk, ModelRunner
@@ -53,7 +54,9 @@ class Engine:
         decode-verify-rollback (None in production)."""
         self.model, self.config, self.clock = model, config or EngineConfig(), clock
         self.fast_path_fault, self.tokenizer = fast_path_fault, tokenizer
-        self.max_model_len = self.config.max_model_len or model.cfg.max_position_embeddings
+        self.max_model_len = self.config.max_model_len or model.cfg.default_max_model_len
+        model.cfg.check_context(self.max_model_len)
+        self._eos = self.config.all_eos_token_ids
         self.runner = ModelRunner(model, self.config.num_blocks, self.config.block_size)
         self.scheduler = Scheduler(
             self.config, policy if policy is not None else _named(self.config.policy), self.runner, clock
@@ -114,6 +117,12 @@ class Engine:
             raise InvalidArgumentError(f"request id {rid!r} is already in use")
         if program_id is not None and not isinstance(program_id, str):
             raise InvalidArgumentError(f"program_id must be a str or None, got {program_id!r}")
+        if params.thinking_token_budget is not None and self.config.end_of_thinking_token_id is None:
+            raise InvalidArgumentError(
+                "thinking_token_budget needs the engine's end_of_thinking_token_id (the token it forces)"
+            )
+        if committed_output and params.logprobs is not None:
+            raise InvalidArgumentError("logprobs cannot be returned for committed_output tokens")
         seed = params.seed if params.seed is not None else self._seeds.getrandbits(63)
         seq = Seq(
             rid,
@@ -149,6 +158,12 @@ class Engine:
     def verified_tokens(self, request_id: str) -> list[int]:
         """The output tokens of a live request that are final (what a stream may send)."""
         return list(self._live(request_id).verified_output)
+
+    def verified_logprobs(self, request_id: str, start: int = 0) -> list[TokenLogprobs]:
+        """Logprobs of the final output tokens from index ``start`` (empty unless the
+        request asked for logprobs)."""
+        seq = self._live(request_id)
+        return seq.logprobs[start : seq.dvr.verified]
 
     def metrics(self) -> EngineMetrics:
         s, d = self.scheduler, self.dvr
@@ -209,19 +224,25 @@ class Engine:
             logits, [s.params for s in ready], [s.seed for s in ready], [s.num_tokens for s in ready]
         )
         outs = []
-        for seq, token in zip(ready, tokens, strict=True):
+        for row, (seq, token) in enumerate(zip(ready, tokens, strict=True)):
             try:
-                outs += self._take(seq, token, trusted=kernels is INVARIANT)
+                outs += self._take(seq, token, logits, row, trusted=kernels is INVARIANT)
             except Exception as err:
                 outs.append(self._finish(seq, "error", error=err))
         return outs
 
-    def _take(self, seq: Seq, token: int | Exception, *, trusted: bool) -> list[RequestOutput]:
+    def _take(
+        self, seq: Seq, token: int | Exception, logits, row: int, *, trusted: bool
+    ) -> list[RequestOutput]:
         if isinstance(token, Exception):
             raise token
-        if not trusted and self.fast_path_fault is not None:
+        forced = seq.forced_token(len(seq.output))
+        if forced is not None:
+            token = forced
+        elif not trusted and self.fast_path_fault is not None:
             token = self.fast_path_fault(seq.request_id, seq.num_tokens, token)
-        seq.append(token, self.clock())
+        k = seq.params.logprobs
+        seq.append(token, self.clock(), None if k is None else token_logprobs(logits[row], token, k))
         seq.dvr.on_sampled(len(seq.output), trusted, seq.params.deterministic and self.config.mode == "dvr")
         return self._settle(seq, None)
 
@@ -236,7 +257,7 @@ class Engine:
 
     def _finish_reason(self, seq: Seq) -> str | None:
         token, p = seq.output[-1], seq.params
-        if (token == self.config.eos_token_id and not p.ignore_eos) or token in p.stop_token_ids:
+        if (token in self._eos and not p.ignore_eos) or token in p.stop_token_ids:
             return "stop"
         if len(seq.output) >= p.max_tokens or seq.num_tokens >= self.max_model_len:
             return "length"
@@ -267,6 +288,7 @@ class Engine:
             text,
             error,
             stop_reason,
+            list(seq.logprobs) if seq.params.logprobs is not None else None,
         )
 
     # convenience ---------------------------------------------------------------------------

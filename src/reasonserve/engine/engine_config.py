@@ -18,6 +18,8 @@ class EngineConfig:
     ``max_num_batched_tokens`` bounds the tokens of one forward pass: decodes take one
     each, prompts are prefilled in chunks that fit (chunked prefill).
     ``end_of_thinking_token_id`` moves a request from REASONING to ANSWERING.
+    ``eos_token_id`` and ``eos_token_ids`` (a checkpoint may declare several) all end a
+    request (unless it sets ``ignore_eos``); :attr:`all_eos_token_ids` is their union.
 
     ``mode="dvr"``: deterministic requests' prompts are prefilled with the
     batch-invariant kernels, all other passes use stock kernels, and requests with
@@ -33,6 +35,7 @@ class EngineConfig:
     max_num_batched_tokens: int = 512
     max_model_len: int | None = None  # default: the model's max_position_embeddings
     eos_token_id: int | None = None
+    eos_token_ids: tuple[int, ...] = ()
     end_of_thinking_token_id: int | None = None
     policy: str = "fcfs"
     seed: int = 0  # seeds for requests that bring none
@@ -51,5 +54,15 @@ class EngineConfig:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise InvalidArgumentError(f"{name} must be an int >= 1, got {value!r}")
+        ids = ((self.eos_token_id,) if self.eos_token_id is not None else ()) + tuple(self.eos_token_ids)
+        if not all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in ids):
+            raise InvalidArgumentError(f"eos token ids must be ints >= 0, got {ids!r}")
+        object.__setattr__(self, "eos_token_ids", tuple(self.eos_token_ids))
         if self.max_model_len is not None and self.max_model_len < 2:
             raise InvalidArgumentError(f"max_model_len must be >= 2, got {self.max_model_len}")
+
+    @property
+    def all_eos_token_ids(self) -> frozenset[int]:
+        return frozenset(self.eos_token_ids) | (
+            {self.eos_token_id} if self.eos_token_id is not None else set()
+        )

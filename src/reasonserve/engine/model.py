@@ -1,10 +1,11 @@
-"""A Llama / Qwen2-family decoder computed through ``reasonserve.ops``.
+"""A Llama / Qwen2 / Qwen3 decoder computed through ``reasonserve.ops``.
 
 Because every op it uses is batch-invariant (and the torch attention reference is even
 invariant to how many queries are computed together), a token's logits do not depend
 on which other sequences or tokens share the forward pass. RoPE tables are built once
 for all positions at load time and indexed, so no transcendental is evaluated on a
-batch-dependent tensor.
+batch-dependent tensor (``engine/rope.py`` builds them for every RoPE type). Qwen3's
+per-head q/k RMSNorm runs before RoPE, as in ``transformers``.
 
 Shapes: ``H`` hidden size, ``Hq``/``Hkv`` query/KV heads, ``D`` head dim, ``V`` vocab.
 """
@@ -21,6 +22,7 @@ from reasonserve.core.errors import InvalidArgumentError
 from reasonserve.engine.checkpoint import load_weights
 from reasonserve.engine.config import ModelConfig
 from reasonserve.engine.kernels import INVARIANT, Kernels, PagedMeta
+from reasonserve.engine.rope import rope_tables
 
 __all__ = ["DecoderModel", "SequenceBatch"]
 
@@ -56,19 +58,14 @@ class DecoderModel:
         if cfg.tie_word_embeddings:
             self.lm_head = ops.k_major(self.embed)
         self.fused = _fused_weights(cfg, w)
-        self.cos, self.sin = self._rope_tables()
+        self.cos, self.sin = rope_tables(
+            cfg.rope, cfg.head_dim, cfg.max_context_len, dtype=self.dtype, device=self.device
+        )
 
     @classmethod
     def from_pretrained(cls, path: str | pathlib.Path, **kwargs) -> DecoderModel:
         cfg = ModelConfig.from_pretrained(path)
         return cls(cfg, load_weights(path, cfg), **kwargs)
-
-    def _rope_tables(self) -> tuple[torch.Tensor, torch.Tensor]:
-        d = self.cfg.head_dim
-        inv_freq = 1.0 / (self.cfg.rope_theta ** (torch.arange(0, d, 2, dtype=torch.float64) / d))
-        angles = torch.arange(self.cfg.max_position_embeddings, dtype=torch.float64)[:, None] * inv_freq
-        angles = torch.cat([angles, angles], dim=-1)
-        return angles.cos().to(self.device, self.dtype), angles.sin().to(self.device, self.dtype)
 
     def _rope(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         """``x [heads, S, D]`` rotated by the positions' angles (HF ``rotate_half`` convention)."""
@@ -119,6 +116,7 @@ class DecoderModel:
             .view(n, cfg.num_key_value_heads, cfg.head_dim)
             .transpose(0, 1)
         )
+        q, k = self._qk_norm(kern, q, k, p)
         q, k = self._rope(q, positions), self._rope(k, positions)
         outs = []
         for i, (qs, ks, vs) in enumerate(
@@ -170,17 +168,27 @@ class DecoderModel:
             q, k, v = kern.linear(x, *self.fused[p + "qkv"]).split([hq * d, hkv * d, hkv * d], dim=-1)
         else:
             q, k, v = (self._linear(kern, x, p + f"self_attn.{name}_proj") for name in "qkv")
-        q, k = _rotate(q.reshape(n, hq, d), cos, sin), _rotate(k.reshape(n, hkv, d), cos, sin)
+        q, k = self._qk_norm(kern, q.reshape(n, hq, d), k.reshape(n, hkv, d), p)
+        q, k = _rotate(q, cos, sin), _rotate(k, cos, sin)
         v = v.reshape(n, hkv, d)
         k_cache[meta.slot_blocks, :, meta.slot_offsets] = k
         v_cache[meta.slot_blocks, :, meta.slot_offsets] = v
         attn = kern.paged_attention(q, k_cache, v_cache, meta).reshape(n, -1)
         return h + self._linear(kern, attn, p + "self_attn.o_proj")
 
+    def _qk_norm(self, kern: Kernels, q, k, p: str) -> tuple[torch.Tensor, torch.Tensor]:
+        """Qwen3: RMSNorm of each head's query and key over ``head_dim`` (``[..., D]``)."""
+        if not self.cfg.qk_norm:
+            return q, k
+        eps = self.cfg.rms_norm_eps
+        qn = kern.rms_norm(q.reshape(-1, q.shape[-1]), self.w[p + "self_attn.q_norm.weight"], eps)
+        kn = kern.rms_norm(k.reshape(-1, k.shape[-1]), self.w[p + "self_attn.k_norm.weight"], eps)
+        return qn.view(q.shape), kn.view(k.shape)
+
     def _mlp_block(self, kern: Kernels, h: torch.Tensor, p: str) -> torch.Tensor:
         x = kern.rms_norm(h, self.w[p + "post_attention_layernorm.weight"], self.cfg.rms_norm_eps)
         if kern.fused:
-            gate, up = kern.linear(x, self.fused[p + "gate_up"][0]).chunk(2, dim=-1)
+            gate, up = kern.linear(x, *self.fused[p + "gate_up"]).chunk(2, dim=-1)
         else:
             gate, up = self._linear(kern, x, p + "mlp.gate_proj"), self._linear(kern, x, p + "mlp.up_proj")
         return h + self._linear(kern, kern.silu(gate) * up, p + "mlp.down_proj")
@@ -193,9 +201,9 @@ class DecoderModel:
                 raise InvalidArgumentError("each sequence needs a non-empty 1-D tensor of new tokens")
             if int(tokens.min()) < 0 or int(tokens.max()) >= self.cfg.vocab_size:
                 raise InvalidArgumentError(f"token ids must lie in [0, {self.cfg.vocab_size})")
-            if start + tokens.numel() > self.cfg.max_position_embeddings:
+            if start + tokens.numel() > self.cfg.max_context_len:
                 raise InvalidArgumentError(
-                    f"sequence longer than max_position_embeddings={self.cfg.max_position_embeddings}"
+                    f"sequence longer than the model's context ({self.cfg.max_context_len})"
                 )
 
 
@@ -215,8 +223,9 @@ def _fused_weights(
         attn = [p + f"self_attn.{name}_proj" for name in "qkv"]
         bias = torch.cat([w[a + ".bias"] for a in attn]) if cfg.qkv_bias else None
         out[p + "qkv"] = (ops.k_major(torch.cat([w[a + ".weight"] for a in attn])), bias)
+        mlp = [p + "mlp.gate_proj", p + "mlp.up_proj"]
         out[p + "gate_up"] = (
-            ops.k_major(torch.cat([w[p + "mlp.gate_proj.weight"], w[p + "mlp.up_proj.weight"]])),
-            None,
+            ops.k_major(torch.cat([w[m + ".weight"] for m in mlp])),
+            torch.cat([w[m + ".bias"] for m in mlp]) if cfg.mlp_bias else None,
         )
     return out

@@ -82,7 +82,7 @@ class ModelRunner:
         meta = PagedMeta(
             table.to(torch.int32), (start + n).to(torch.int32), n.to(torch.int32), blocks, positions % bs
         )
-        max_pos = self.model.cfg.max_position_embeddings - 1
+        max_pos = self.model.cfg.max_context_len - 1
         return ids, positions.clamp(max=max_pos), meta, rows.nonzero().flatten()
 
     # sampling -----------------------------------------------------------------------

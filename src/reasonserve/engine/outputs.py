@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from reasonserve.core.phase import Phase
+from reasonserve.engine.logprobs import TokenLogprobs
 from reasonserve.engine.sequence import RequestMetrics
 
 __all__ = ["FINISH_REASONS", "RequestOutput"]
@@ -27,4 +28,4 @@ class RequestOutput:
     text: str | None = None
     error: str | None = None
     stop_reason: str | None = None
-    logprobs: list[dict[int, float]] | None = None  # not produced yet (SamplingParams.logprobs is None)
+    logprobs: list[TokenLogprobs] | None = None  # per output token, when SamplingParams.logprobs is set

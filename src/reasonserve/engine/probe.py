@@ -52,7 +52,7 @@ def _decode(
         if isinstance(token, Exception):
             raise token
         out.append(token)
-        if token == engine.config.eos_token_id:
+        if token in engine.config.all_eos_token_ids:
             break
         feed = [token]
     return out

@@ -41,7 +41,10 @@ class SamplingParams:
     Ranges: ``max_tokens`` 1..2**31-1; ``temperature`` finite, >= 0; ``top_p`` in (0, 1];
     ``top_k`` -1 or 0 (off) or 1..2**31-1; ``min_p`` in [0, 1]; ``seed`` 0..2**63-1;
     ``stop_token_ids`` ints 0..2**31-1; ``priority`` -2**31..2**31-1 (larger is more
-    urgent); ``logprobs`` must be None (per-token logprobs are not implemented yet)."""
+    urgent); ``logprobs`` None or 0..20: return each output token's logprob and that many
+    most likely alternatives (``engine/logprobs.py``); ``thinking_token_budget`` None or
+    >= 0: after that many output tokens without the end-of-thinking token, the engine
+    writes it instead of sampling (the request moves to ANSWERING)."""
 
     max_tokens: int = 16
     temperature: float = 1.0
@@ -54,6 +57,7 @@ class SamplingParams:
     ignore_eos: bool = False
     priority: int = 0
     logprobs: int | None = None
+    thinking_token_budget: int | None = None
 
     def __post_init__(self) -> None:
         _int_in("max_tokens", self.max_tokens, 1, _INT31)
@@ -79,9 +83,9 @@ class SamplingParams:
         object.__setattr__(self, "stop_token_ids", tuple(self.stop_token_ids))
         _int_in("priority", self.priority, -(2**31), _INT31)
         if self.logprobs is not None:
-            raise InvalidArgumentError(
-                f"logprobs is not supported by this engine yet (must be None), got {self.logprobs!r}"
-            )
+            _int_in("logprobs", self.logprobs, 0, MAX_LOGPROBS)
+        if self.thinking_token_budget is not None:
+            _int_in("thinking_token_budget", self.thinking_token_budget, 0, _INT31)
 
     @property
     def effective_top_k(self) -> int:

@@ -13,6 +13,7 @@ import torch
 
 from reasonserve.core.phase import Phase
 from reasonserve.dvr.controller import DVRState
+from reasonserve.engine.logprobs import TokenLogprobs
 from reasonserve.engine.sampling_params import SamplingParams
 
 __all__ = ["RequestMetrics", "Sequence"]
@@ -83,6 +84,7 @@ class Sequence:
     num_swaps: int = 0
     num_cached_tokens: int = 0
     eot_index: int | None = None  # index in output of the end-of-thinking token
+    logprobs: list[TokenLogprobs] = field(default_factory=list)  # per output token, when asked for
     finished_s: float | None = None
 
     @property
@@ -119,11 +121,22 @@ class Sequence:
         """Output tokens that are final (all of them for non-deterministic requests)."""
         return self.output[: self.dvr.verified]
 
-    def append(self, token: int, now: float) -> None:
+    def forced_token(self, index: int) -> int | None:
+        """The token the thinking budget writes at output ``index`` (no end of thinking
+        before it and at least ``thinking_token_budget`` tokens already), else None.
+        Decode and verify passes both ask, so a forced token is never rolled back."""
+        budget = self.params.thinking_token_budget
+        if budget is None or self.end_of_thinking is None or index < budget:
+            return None
+        return self.end_of_thinking if self.eot_index is None or self.eot_index >= index else None
+
+    def append(self, token: int, now: float, logprobs: TokenLogprobs | None = None) -> None:
         if token == self.end_of_thinking and self.eot_index is None:
             self.eot_index = len(self.output)
         self.output.append(token)
         self.token_times.append(now)
+        if logprobs is not None:
+            self.logprobs.append(logprobs)
 
     def restore(self, committed: list[int], now: float) -> None:
         """Start from output tokens committed elsewhere (migration): all are final; their
@@ -134,7 +147,7 @@ class Sequence:
 
     def truncate(self, n: int) -> None:
         """Keep the first ``n`` output tokens (rollback)."""
-        del self.output[n:], self.token_times[n:]
+        del self.output[n:], self.token_times[n:], self.logprobs[n:]
         if self.eot_index is not None and self.eot_index >= n:
             self.eot_index = None
 

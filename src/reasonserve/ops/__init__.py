@@ -18,7 +18,7 @@ from reasonserve.ops.mode import OVERRIDDEN_OPS, deterministic_mode, is_determin
 from reasonserve.ops.paged_attention import paged_attention, paged_attention_reference
 from reasonserve.ops.paged_attention_stock import paged_attention_stock
 from reasonserve.ops.rms_norm import add_rms_norm, rms_norm, rms_norm_reference
-from reasonserve.ops.sampling import greedy, gumbel_noise, sample
+from reasonserve.ops.sampling import greedy, gumbel_noise, sample, sample_into
 from reasonserve.ops.softmax import (
     log_softmax,
     log_softmax_reference,
@@ -52,6 +52,7 @@ __all__ = [
     "rms_norm",
     "rms_norm_reference",
     "sample",
+    "sample_into",
     "silu",
     "softmax",
     "softmax_reference",

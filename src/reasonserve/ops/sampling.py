@@ -1,14 +1,33 @@
 """Seeded, batch-invariant token sampling (Gumbel-max with counter-based noise).
 
 For row ``r`` with seed ``s`` and position ``p``, vocabulary entry ``i`` gets the
-noise ``g = -log(-log(u))`` with ``u = (hash32(s_lo, s_hi, p, i) + 0.5) / 2**32`` in
-float64 (murmur3-style, see ``_hash``), and the token is
-``argmax(logits / temperature + g)`` over the entries that survive top-k, top-p and
-min-p. Temperature 0 is greedy: argmax with first-index tie-break.
+noise ``g = -log(-log(u))`` with ``u = (hash32(s_lo, s_hi, p, i) + 0.5) / 2**32``
+(murmur3-style, see ``_hash``), evaluated in float64 with a fixed sequence of
+correctly rounded operations (``_hash.log64``), and the token is
+``argmax(logits / temperature + g)`` (float64, first index on ties) over the
+candidates that survive top-k, top-p and min-p. Temperature 0 is greedy: argmax of the
+logits with first-index tie-break.
 
-Guarantee: a row's token depends only on that row's logits, seed, position and
-parameters — never on the rest of the batch or its order — on every device.
-The same (seed, position) gives the same noise in decode and in verify passes.
+Filters are per-row thresholds on ``logits / temperature``: top-k keeps the entries at
+or above the k-th largest (ties kept), min-p keeps ``x >= max + log(min_p)``
+(``p >= min_p * max p``), top-p keeps the fewest highest entries whose probability mass
+reaches ``top_p`` (ties at the cut kept).
+
+Guarantees
+----------
+* A row's token depends only on that row's logits, seed, position and parameters —
+  never on the rest of the batch, its order, the thread count or the implementation
+  (torch, native C++ or Triton): the noise and the scores have the same bits on every
+  device (IEEE add/sub/mul/div only, no library ``log``, no fused multiply-add).
+* Greedy, temperature-only, top-k and min-p rows therefore give the same token on CPU
+  and GPU for the same logits. The top-p cut uses torch's ``exp`` and ``cumsum``, whose
+  last bits can differ by device: a top-p row can differ across devices only when the
+  cumulative mass of the sorted candidates lies within rounding (~1e-15) of ``top_p``.
+* The same (seed, position) gives the same noise in decode and in verify passes.
+
+Cost: the native (CPU) and Triton (CUDA) paths make one fused pass per row with no
+``[rows, vocab]`` buffer; filters add a chunked sort (top-k, top-p) whose scratch is at
+most about one logits-sized buffer. :func:`sample_into` runs without any host sync.
 """
 
 from __future__ import annotations
@@ -17,15 +36,21 @@ from collections.abc import Sequence
 
 import torch
 
-from reasonserve.core.errors import InvalidArgumentError, InvalidTypeError
+from reasonserve.core.errors import ImplementationUnavailableError, InvalidArgumentError
+from reasonserve.ops import _native
 from reasonserve.ops._checks import check_tensor
-from reasonserve.ops._hash import MASK32, finalize, mix_word, uniform_open01
-from reasonserve.ops._impl import triton_installed
-from reasonserve.ops.softmax import softmax
+from reasonserve.ops._hash import gumbel_from_uniform, hash_columns, log64, uniform_open01
+from reasonserve.ops._impl import triton_installed, triton_interpreting
+from reasonserve.ops._sample_params import Param, batch_of, check_params, row_param, states
 
-__all__ = ["greedy", "gumbel_noise", "sample"]
+__all__ = ["DEAD_ROW", "INACTIVE_ROW", "greedy", "gumbel_noise", "sample", "sample_into"]
 
-Param = float | int | Sequence[float] | torch.Tensor | None
+#: Token :func:`sample_into` returns for a row where nothing can be sampled (all -inf).
+DEAD_ROW = -1
+#: Token :func:`sample_into` returns for a row it was told to skip.
+INACTIVE_ROW = -2
+_IMPLS = ("auto", "torch", "native", "triton")
+_SCRATCH_BYTES_PER_ENTRY = 40  # float64 scores, sort values and indices, weights, cumsum
 
 
 def _check_logits_shape(logits: torch.Tensor) -> None:
@@ -34,70 +59,19 @@ def _check_logits_shape(logits: torch.Tensor) -> None:
         raise InvalidArgumentError("logits must have a non-empty vocabulary dimension")
 
 
-def _raise_dead_rows(logits: torch.Tensor) -> None:
-    rows = torch.isneginf(logits).all(dim=-1).nonzero().flatten().tolist()[:8]
-    raise InvalidArgumentError(f"logits rows {rows} are all -inf: nothing can be sampled")
-
-
-def _check_logits(logits: torch.Tensor) -> None:
-    _check_logits_shape(logits)
-    if bool(torch.isneginf(logits).all(dim=-1).any()):
-        _raise_dead_rows(logits)
+def _raise_dead_rows(rows: list[int]) -> None:
+    raise InvalidArgumentError(f"logits rows {rows[:8]} are all -inf: nothing can be sampled")
 
 
 def greedy(logits: torch.Tensor) -> torch.Tensor:
     """``[B, V]`` -> ``[B]`` int64: argmax per row, first index on ties."""
-    _check_logits(logits)
+    _check_logits_shape(logits)
+    if bool(torch.isneginf(logits).all(dim=-1).any()):
+        _raise_dead_rows(torch.isneginf(logits).all(dim=-1).nonzero().flatten().tolist())
     return logits.argmax(dim=-1)
 
 
-def _row_param(name: str, value: Param, batch: int, device, dtype) -> torch.Tensor:
-    """Broadcast a scalar-or-per-row parameter to a ``[B]`` tensor."""
-    if isinstance(value, torch.Tensor):
-        t = value.to(device=device, dtype=dtype)
-    elif isinstance(value, (int, float)) and not isinstance(value, bool):
-        t = torch.full((batch,), value, dtype=dtype, device=device)
-    elif isinstance(value, Sequence) and not isinstance(value, str):
-        t = torch.tensor(list(value), dtype=dtype, device=device)
-    else:
-        raise InvalidTypeError(f"{name} must be a number, a sequence or a tensor, got {type(value).__name__}")
-    if t.dim() == 0:
-        t = t.expand(batch)
-    if t.shape != (batch,):
-        raise InvalidArgumentError(f"{name} must be a scalar or have shape [{batch}], got {tuple(t.shape)}")
-    return t
-
-
-def _split_u64(name: str, value, batch: int, device, low: int, high: int):
-    """Return ``(lo, hi)`` 32-bit words ``[B]`` of an unsigned 64-bit per-row value."""
-    if isinstance(value, torch.Tensor):
-        if value.dtype not in (torch.int32, torch.int64):
-            raise InvalidTypeError(f"{name} must be an integer tensor, got {value.dtype}")
-        t = value.to(device=device, dtype=torch.int64)
-        t = t.expand(batch) if t.dim() == 0 else t
-        if t.shape != (batch,):
-            raise InvalidArgumentError(f"{name} must have shape [{batch}], got {tuple(t.shape)}")
-        if low >= 0 and high <= 2**63 and bool(((t < low) | (t >= high)).any()):
-            raise InvalidArgumentError(f"{name} must lie in [{low}, {high}), got {t.tolist()[:8]}")
-        return t & MASK32, (t >> 32) & MASK32
-    if isinstance(value, int):
-        items = [value] * batch
-    elif isinstance(value, Sequence) and not isinstance(value, str):
-        items = list(value)
-    else:
-        raise InvalidTypeError(f"{name} must be an int, a sequence of ints or a tensor")
-    if len(items) != batch:
-        raise InvalidArgumentError(f"{name} must be one int or {batch} ints, got {len(items)}")
-    for v in items:
-        if not isinstance(v, int) or isinstance(v, bool):
-            raise InvalidTypeError(f"{name} entries must be ints, got {type(v).__name__}")
-        if not low <= v < high:
-            raise InvalidArgumentError(f"{name} entries must lie in [{low}, {high}), got {v}")
-    lo = torch.tensor([v & MASK32 for v in items], dtype=torch.int64, device=device)
-    hi = torch.tensor([(v >> 32) & MASK32 for v in items], dtype=torch.int64, device=device)
-    return lo, hi
-
-
+# noise -----------------------------------------------------------------------------------
 def gumbel_noise(seeds, positions, vocab_size: int, *, device=None) -> torch.Tensor:
     """Float64 Gumbel noise ``[B, vocab_size]`` for per-row seeds and positions.
 
@@ -105,78 +79,186 @@ def gumbel_noise(seeds, positions, vocab_size: int, *, device=None) -> torch.Ten
     bits read as unsigned). ``positions``: ints in ``[0, 2**32)`` likewise.
     """
     device = torch.device("cpu") if device is None else torch.device(device)
-    return _noise(seeds, positions, _batch_of(seeds, positions), vocab_size, device)
+    state = states(seeds, positions, batch_of(seeds, positions), device)
+    return gumbel_from_uniform(uniform_open01(hash_columns(state, 0, vocab_size)))
 
 
-def _noise(seeds, positions, batch: int, vocab_size: int, device) -> torch.Tensor:
-    s_lo, s_hi = _split_u64("seeds", seeds, batch, device, 0, 2**64)
-    p_lo, _ = _split_u64("positions", positions, batch, device, 0, 2**32)
-    if device.type == "cuda" and triton_installed():
-        from reasonserve.ops.triton.noise import uniform_triton
-
-        u = uniform_triton(s_lo, s_hi, p_lo, vocab_size)  # one kernel, the same bits
-    else:
-        h = mix_word(mix_word(mix_word(torch.zeros_like(s_lo), s_lo), s_hi), p_lo)
-        idx = torch.arange(vocab_size, dtype=torch.int64, device=device)
-        u = uniform_open01(finalize(mix_word(h[:, None], idx[None, :]), 16))
-    return -torch.log(-torch.log(u))
+# filters as thresholds ----------------------------------------------------------------
+def _chunk_rows(logits: torch.Tensor, count: int) -> int:
+    """Rows per chunk so that a chunk's float64 scratch stays near one logits buffer."""
+    budget = logits.element_size() * logits.numel()
+    return max(1, min(count, budget // (_SCRATCH_BYTES_PER_ENTRY * logits.shape[1])))
 
 
-def _batch_of(seeds, positions) -> int:
-    for v in (seeds, positions):
-        if isinstance(v, torch.Tensor) and v.dim() == 1:
-            return v.shape[0]
-        if isinstance(v, Sequence) and not isinstance(v, str):
-            return len(v)
-    return 1
-
-
-def _allowed(logits, top_k, top_p, min_p, used: list[bool]) -> torch.Tensor | None:
-    """``[B, V]`` boolean mask of the tokens that survive the filters of each row
-    (``used``: whether any row sets top-k, top-p, min-p); None when no row filters."""
+def _thresholds(logits, rows, temp, top_k, top_p, min_p, used: list[bool]) -> torch.Tensor:
+    """``[R]`` float64: candidates of row ``rows[j]`` have ``logits / temp >= out[j]``."""
     uses_k, uses_p, uses_min_p = used
-    if not (uses_k or uses_p or uses_min_p):
-        return None
-    keep = torch.ones_like(logits, dtype=torch.bool)
-    if uses_k:
-        k = top_k.clamp(max=logits.shape[1])
-        sorted_logits = logits.sort(dim=-1, descending=True, stable=True).values
-        kth = sorted_logits.gather(1, (k.clamp(min=1) - 1)[:, None])
-        keep &= (logits >= kth) | (k[:, None] == 0)
-    if uses_p or uses_min_p:
-        probs = softmax(logits, dim=-1, impl="torch")
-        if uses_p:
-            sp, order = probs.sort(dim=-1, descending=True, stable=True)
-            before = sp.cumsum(dim=-1) - sp  # mass strictly ahead of each token
-            keep_sorted = (before < top_p[:, None]) | (top_p[:, None] >= 1)
-            keep &= torch.zeros_like(keep).scatter(1, order, keep_sorted)
+    out = torch.full(rows.shape, float("-inf"), dtype=torch.float64, device=logits.device)
+    if not any(used):
+        return out
+    vocab = logits.shape[1]
+    step = _chunk_rows(logits, rows.numel())
+    for a in range(0, rows.numel(), step):
+        b = min(a + step, rows.numel())
+        t = temp[a:b]
+        scaled = logits[rows[a:b]].to(torch.float64) / torch.where(t == 0, 1.0, t)[:, None]
+        top = scaled.amax(dim=-1)
+        cut = out[a:b]
         if uses_min_p:
-            keep &= probs >= min_p[:, None] * probs.amax(dim=-1, keepdim=True)
-    return keep
+            mp = min_p[a:b]
+            floor = top + log64(torch.where(mp > 0, mp, 1.0))
+            cut = torch.maximum(cut, torch.where(mp > 0, floor, float("-inf")))
+        if uses_k or uses_p:
+            ordered = scaled.sort(dim=-1, descending=True).values
+            del scaled
+            if uses_k:
+                k = top_k[a:b].clamp(max=vocab)
+                kth = ordered.gather(1, (k.clamp(min=1) - 1)[:, None])[:, 0]
+                cut = torch.maximum(cut, torch.where(k > 0, kth, float("-inf")))
+            if uses_p:
+                cut = torch.maximum(cut, _top_p_cut(ordered, top[:, None], top_p[a:b]))
+        out[a:b] = cut
+    return out
 
 
-def _flags(logits, temperature, top_k, top_p, min_p) -> list[bool]:
-    """Every data-dependent check of one call, read back in a single device sync:
-    [dead row, bad temperature, bad top_k, bad top_p, bad min_p, uses top-k, top-p, min-p]."""
-    return torch.stack([
-        torch.isneginf(logits).all(dim=-1).any(),
-        ~torch.isfinite(temperature).all() | (temperature < 0).any(),
-        (top_k < 0).any(),
-        ~((top_p > 0) & (top_p <= 1)).all(),
-        ~((min_p >= 0) & (min_p <= 1)).all(),
-        (top_k > 0).any(), (top_p < 1).any(), (min_p > 0).any(),
-    ]).tolist()  # fmt: skip
+def _top_p_cut(ordered: torch.Tensor, top: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
+    """The lowest kept value of rows sorted descending: the first whose mass ahead of it
+    reaches ``top_p``; -inf where ``top_p >= 1``."""
+    weights = torch.exp(ordered - top)
+    mass = weights.cumsum(dim=-1)
+    ahead = mass - weights
+    kept = (ahead < top_p[:, None] * mass[:, -1:]).sum(dim=-1)
+    cut = ordered.gather(1, (kept.clamp(min=1) - 1)[:, None])[:, 0]
+    return torch.where(top_p >= 1, float("-inf"), cut)
 
 
-def _check_params(flags: list[bool], temperature, top_k, top_p, min_p) -> None:
-    if flags[1]:
-        raise InvalidArgumentError(f"temperature must be finite and >= 0, got {temperature.tolist()[:8]}")
-    if flags[2]:
-        raise InvalidArgumentError(f"top_k must be >= 0 (0 disables it), got {top_k.tolist()[:8]}")
-    if flags[3]:
-        raise InvalidArgumentError(f"top_p must lie in (0, 1], got {top_p.tolist()[:8]}")
-    if flags[4]:
-        raise InvalidArgumentError(f"min_p must lie in [0, 1], got {min_p.tolist()[:8]}")
+# the three implementations ------------------------------------------------------------
+def _tokens_torch(logits, rows, active, state, temp, thr, one_hot: bool) -> torch.Tensor:
+    """The definition, chunked by rows (float64 scratch of about one logits buffer)."""
+    out = torch.empty(rows.shape, dtype=torch.int64, device=logits.device)
+    step = _chunk_rows(logits, rows.numel())
+    for a in range(0, rows.numel(), step):
+        b = min(a + step, rows.numel())
+        r = rows[a:b]
+        x = logits[r].to(torch.float64)
+        t = temp[a:b, None]
+        greedy_rows = t == 0
+        scaled = x / torch.where(greedy_rows, 1.0, t)
+        noise = gumbel_from_uniform(uniform_open01(hash_columns(state[a:b], 0, x.shape[1])))
+        scores = torch.where(scaled >= thr[a:b, None], scaled + noise, float("-inf"))
+        scores = torch.where(greedy_rows, x, scores)
+        best = scores.max(dim=-1)
+        nan = torch.isnan(x)
+        tok = torch.where(best.values == float("-inf"), DEAD_ROW, best.indices)
+        tok = torch.where(nan.any(dim=-1), nan.to(torch.int8).argmax(dim=-1), tok)
+        tok = torch.where(active[a:b], tok, INACTIVE_ROW)
+        out[a:b] = tok
+        if one_hot:
+            hot = torch.full_like(logits[r], float("-inf"))
+            hot.scatter_(1, tok.clamp(min=0)[:, None], 0.0)
+            logits[r] = torch.where((tok >= 0)[:, None], hot, logits[r])
+    return out
+
+
+def _native_ready() -> bool:
+    return _native.available() and hasattr(torch.ops.reasonserve, "seeded_sample")
+
+
+def _resolve(impl: str, logits: torch.Tensor) -> str:
+    if impl not in _IMPLS:
+        raise InvalidArgumentError(f"impl must be one of {_IMPLS}, got {impl!r}")
+    on_cpu = logits.device.type == "cpu"
+    if impl == "auto":
+        if on_cpu:
+            if _native_ready():
+                return "native"
+            if not _native.available():
+                _native.warn_fallback()  # the same bits, slower
+            return "torch"
+        return "triton" if logits.device.type == "cuda" and triton_installed() else "torch"
+    if impl == "native" and not (on_cpu and _native_ready()):
+        raise ImplementationUnavailableError(
+            f"impl='native' needs CPU logits and the built extension (device={logits.device}, "
+            f"extension: {_native.load_error() or 'loaded, without seeded_sample: rebuild it'})"
+        )
+    if impl == "triton" and not (triton_installed() and (not on_cpu or triton_interpreting())):
+        raise ImplementationUnavailableError(
+            "impl='triton' needs the triton package and CUDA logits (or CPU logits with TRITON_INTERPRET=1)"
+        )
+    return impl
+
+
+def _run(impl, logits, rows, active, state, temp, thr, one_hot: bool) -> torch.Tensor:
+    if impl != "torch" and logits.stride(1) != 1:
+        if one_hot:
+            raise InvalidArgumentError("one_hot rewrites rows in place: logits need a unit column stride")
+        logits = logits.contiguous()
+    if impl == "native":
+        isa = _native.selected_isa()
+        return torch.ops.reasonserve.seeded_sample(logits, rows, active, state, temp, thr, one_hot, isa)
+    if impl == "triton":
+        from reasonserve.ops.triton.sampling import sample_triton
+
+        return sample_triton(logits, rows, active, state, temp, thr, one_hot)
+    return _tokens_torch(logits, rows, active, state, temp, thr, one_hot)
+
+
+# public entry points ------------------------------------------------------------------
+def sample_into(
+    logits: torch.Tensor,
+    *,
+    seeds,
+    positions,
+    temperature: Param = 1.0,
+    top_k: Param = None,
+    top_p: Param = None,
+    min_p: Param = None,
+    rows: torch.Tensor | Sequence[int] | None = None,
+    active: torch.Tensor | None = None,
+    one_hot: bool = False,
+    impl: str = "auto",
+) -> torch.Tensor:
+    """Sample rows ``rows`` (default: all) of ``logits [N, V]`` without any host sync;
+    returns int64 ``[R]`` on the logits' device.
+
+    ``DEAD_ROW`` (-1) marks a row where nothing can be sampled, ``INACTIVE_ROW`` (-2) a
+    row whose ``active`` flag is False (it is not read). With ``one_hot`` each sampled row
+    of ``logits`` is rewritten in place: 0 at its token, -inf elsewhere (dead and inactive
+    rows are left as they are). Per-row parameters (scalars, host sequences or device
+    tensors ``[R]``) are those of :func:`sample`; host values are validated on the host,
+    tensors are trusted (nothing is read back).
+    """
+    _check_logits_shape(logits)
+    dev = logits.device
+    rows_t = _row_index(rows, logits.shape[0], dev)
+    count = rows_t.numel()
+    used = check_params(temperature, top_k, top_p, min_p, check_tensors=False)
+    temp = row_param("temperature", temperature, count, dev, torch.float64)
+    state = states(seeds, positions, count, dev, check=False)
+    act = torch.ones(count, dtype=torch.bool, device=dev) if active is None else active.to(dev, torch.bool)
+    if act.shape != (count,):
+        raise InvalidArgumentError(f"active must have shape [{count}], got {tuple(act.shape)}")
+    thr = _thresholds(logits, rows_t, temp, *_filters(top_k, top_p, min_p, count, dev), used)
+    return _run(_resolve(impl, logits), logits, rows_t, act, state, temp, thr, one_hot)
+
+
+def _filters(top_k, top_p, min_p, count: int, dev) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    return (
+        row_param("top_k", 0 if top_k is None else top_k, count, dev, torch.int64),
+        row_param("top_p", 1.0 if top_p is None else top_p, count, dev, torch.float64),
+        row_param("min_p", 0.0 if min_p is None else min_p, count, dev, torch.float64),
+    )
+
+
+def _row_index(rows, num_rows: int, dev) -> torch.Tensor:
+    if rows is None:
+        return torch.arange(num_rows, device=dev)
+    if isinstance(rows, torch.Tensor):
+        return rows.to(dev, torch.int64)
+    items = list(rows)
+    if any(isinstance(r, bool) or not isinstance(r, int) or not 0 <= r < num_rows for r in items):
+        raise InvalidArgumentError(f"rows must be ints in [0, {num_rows}), got {items[:8]}")
+    return torch.tensor(items, dtype=torch.int64).to(dev, non_blocking=True)
 
 
 def sample(
@@ -188,6 +270,7 @@ def sample(
     top_k: Param = None,
     top_p: Param = None,
     min_p: Param = None,
+    impl: str = "auto",
 ) -> torch.Tensor:
     """Sample one token per row of ``logits [B, V]``; returns int64 ``[B]``.
 
@@ -198,8 +281,13 @@ def sample(
     temperature : scalar or ``[B]``; 0 means greedy for that row
     top_k : scalar or ``[B]`` ints, 0/None disables; ties at the k-th logit are kept
     top_p : scalar or ``[B]`` in (0, 1]; keeps the fewest highest-probability tokens
-        whose mass reaches ``top_p`` (1/None disables)
+        whose mass reaches ``top_p`` (ties at the cut kept; 1/None disables)
     min_p : scalar or ``[B]`` in [0, 1]; keeps tokens with ``p >= min_p * max p``
+    impl : "auto" (Triton on CUDA, the native kernel on CPU, else torch), "torch",
+        "native" or "triton"; all give the same bits
+
+    Raises ``InvalidArgumentError`` for a row of all ``-inf`` (after reading the tokens:
+    the call's one host sync) and for bad parameters.
 
     Notes
     -----
@@ -207,22 +295,12 @@ def sample(
     NaN, the same alone and batched.
     """
     _check_logits_shape(logits)
-    batch, vocab = logits.shape
-    dev = logits.device
-    temp = _row_param("temperature", temperature, batch, dev, torch.float64)
-    k = _row_param("top_k", 0 if top_k is None else top_k, batch, dev, torch.int64)
-    p = _row_param("top_p", 1.0 if top_p is None else top_p, batch, dev, torch.float64)
-    mp = _row_param("min_p", 0.0 if min_p is None else min_p, batch, dev, torch.float64)
-    flags = _flags(logits, temp, k, p, mp)
-    if flags[0]:
-        _raise_dead_rows(logits)
-    _check_params(flags, temp, k, p, mp)
-    noise = _noise(seeds, positions, batch, vocab, dev)
-    greedy_rows = temp == 0
-    scaled = logits.to(torch.float64) / torch.where(greedy_rows, 1.0, temp)[:, None]
-    keep = _allowed(scaled, k, p, mp, flags[5:])
-    scores = scaled + noise if keep is None else torch.where(keep, scaled + noise, float("-inf"))
-    sampled = torch.where(greedy_rows, logits.argmax(dim=-1), scores.argmax(dim=-1))
-    nan = torch.isnan(logits)
-    return torch.where(nan.any(dim=-1), nan.to(torch.int8).argmax(dim=-1), sampled)
-
+    batch = logits.shape[0]
+    check_params(temperature, top_k, top_p, min_p, check_tensors=True)
+    states(seeds, positions, batch, logits.device)  # range checks of tensor seeds/positions
+    tokens = sample_into(logits, seeds=seeds, positions=positions, temperature=temperature, top_k=top_k,
+                         top_p=top_p, min_p=min_p, impl=impl)  # fmt: skip
+    dead = (tokens == DEAD_ROW).nonzero().flatten().tolist()
+    if dead:
+        _raise_dead_rows(dead)
+    return tokens

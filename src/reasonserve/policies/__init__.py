@@ -30,12 +30,13 @@ from reasonserve.policies.flashtts import (
 )
 from reasonserve.policies.lpm import LPMPolicy
 from reasonserve.policies.pascal import PascalPolicy
+from reasonserve.policies.priority import PriorityPolicy
 from reasonserve.policies.round_robin import RoundRobinPolicy
 
 #: Policies by name, for the CLI and configs.
 REGISTRY = {"fcfs": FCFSPolicy, "round_robin": RoundRobinPolicy, "pascal": PascalPolicy,
             "dynasor": DynasorPolicy, "app_fifo": AppFIFOPolicy, "lpm": LPMPolicy,
-            "flashtts_prefix": PrefixAwarePolicy}  # fmt: skip
+            "flashtts_prefix": PrefixAwarePolicy, "priority": PriorityPolicy}  # fmt: skip
 
 __all__ = [
     "REGISTRY",
@@ -48,6 +49,7 @@ __all__ = [
     "Order",
     "Preempt",
     "PrefixAwarePolicy",
+    "PriorityPolicy",
     "RequestView",
     "RooflineKVAllocator",
     "RoundRobinPolicy",

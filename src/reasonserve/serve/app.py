@@ -2,47 +2,48 @@
 
 Endpoints: ``POST /v1/completions`` and ``POST /v1/chat/completions`` (SSE streaming
 with ``stream: true``), ``GET /v1/models``, ``GET /health`` (503 once the engine loop
-is gone), ``GET /metrics`` (Prometheus), ``POST /tokenize`` (vLLM's shape; the engine's
-tokenizer, no special tokens added). Request schemas are published in
+is gone), ``GET /metrics`` (Prometheus), ``POST /tokenize`` and ``POST /detokenize``
+(vLLM's shapes, ``serve/tokens.py``). Request schemas are published in
 ``/openapi.json``; every error is in the OpenAI shape. See ``docs/serve.md`` for the
 parameter table, limits and behaviour on disconnects and shutdown.
 """
 
 from __future__ import annotations
 
-import asyncio
-import json
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 from fastapi import FastAPI, Request
 from fastapi.openapi.utils import get_openapi
-from fastapi.responses import JSONResponse, PlainTextResponse
+from fastapi.responses import PlainTextResponse
 from pydantic.json_schema import models_json_schema
 
-from reasonserve.core.errors import InvalidArgumentError
 from reasonserve.serve.config import ServeConfig
-from reasonserve.serve.errors import ApiError, install_error_handlers
-from reasonserve.serve.limits import BodyLimitMiddleware
+from reasonserve.serve.errors import ApiError, AsciiJSONResponse, install_error_handlers
+from reasonserve.serve.limits import BodyLimitMiddleware, RequestLimitMiddleware
 from reasonserve.serve.metrics import ServerMetrics
 from reasonserve.serve.parsing import parse_body
-from reasonserve.serve.protocol import ChatCompletionRequest, CompletionRequest, TokenizeRequest
+from reasonserve.serve.protocol import (
+    ChatCompletionRequest,
+    CompletionRequest,
+    DetokenizeRequest,
+    TokenizeRequest,
+)
 from reasonserve.serve.routes import Generator
 from reasonserve.serve.runner import EngineRunner
 from reasonserve.serve.sampling import Capacity, plan_chat, plan_completion
+from reasonserve.serve.tokens import detokenize, tokenize
 
 __all__ = ["AsciiJSONResponse", "capacity_of", "create_app"]
 
 
-class AsciiJSONResponse(JSONResponse):
-    """JSON with non-ASCII escaped: a lone surrogate echoed from a request cannot break it."""
-
-    def render(self, content) -> bytes:
-        return json.dumps(content, ensure_ascii=True, allow_nan=False, separators=(",", ":")).encode("ascii")
-
-
 def capacity_of(engine) -> Capacity:
     cfg = engine.config
-    return Capacity(engine.tokenizer, engine.max_model_len, cfg.num_blocks * cfg.block_size, cfg.eos_token_id)
+    kv_tokens = cfg.num_blocks * cfg.block_size
+    eot = cfg.end_of_thinking_token_id
+    model = getattr(engine, "model", None)  # an Engine; a replica pool's EngineInfo has vocab_size
+    vocab = model.cfg.vocab_size if model is not None else getattr(engine, "vocab_size", None)
+    return Capacity(engine.tokenizer, engine.max_model_len, kv_tokens, cfg.all_eos_token_ids, eot, vocab)
 
 
 def create_app(runner: EngineRunner, config: ServeConfig | None = None) -> FastAPI:
@@ -53,7 +54,8 @@ def create_app(runner: EngineRunner, config: ServeConfig | None = None) -> FastA
     app = FastAPI(title="reasonserve", default_response_class=AsciiJSONResponse)
     install_error_handlers(app)
     metrics = ServerMetrics()
-    gen = Generator(runner, capacity_of(runner.engine), cfg, metrics)
+    planning = ThreadPoolExecutor(max_workers=1, thread_name_prefix="reasonserve-plan")
+    gen = Generator(runner, capacity_of(runner.engine), cfg, metrics, planning)
     started = int(time.time())
 
     @app.get("/health")
@@ -89,22 +91,20 @@ def create_app(runner: EngineRunner, config: ServeConfig | None = None) -> FastA
         return await gen.handle(request, ChatCompletionRequest, plan_chat)
 
     @app.post("/tokenize")
-    async def tokenize(request: Request):
-        body = parse_body(await request.body(), TokenizeRequest)
-        if body.model is not None and body.model != cfg.model_name:
-            raise ApiError(404, f"The model `{body.model[:200]}` does not exist.", param="model")
-        if runner.engine.tokenizer is None:
-            raise ApiError(400, "this model has no tokenizer; send token ids", param="prompt")
-        try:
-            tokens = await asyncio.to_thread(runner.engine.tokenizer.encode, body.prompt)
-        except InvalidArgumentError as err:
-            raise ApiError(400, str(err), param="prompt") from None
-        return {"count": len(tokens), "max_model_len": runner.engine.max_model_len, "tokens": tokens}
+    async def tokenize_route(request: Request):
+        raw = await request.body()
+        return await gen.work(lambda: tokenize(parse_body(raw, TokenizeRequest), gen.cap, cfg))
+
+    @app.post("/detokenize")
+    async def detokenize_route(request: Request):
+        raw = await request.body()
+        return await gen.work(lambda: detokenize(parse_body(raw, DetokenizeRequest), gen.cap, cfg))
 
     app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
     app.add_middleware(
         BodyLimitMiddleware, max_bytes=cfg.max_request_bytes, body_timeout_s=cfg.body_timeout_s
     )
+    app.add_middleware(RequestLimitMiddleware, max_requests=cfg.max_connections)  # outermost
     return app
 
 

@@ -7,6 +7,7 @@ route (404) or method (405), or an unexpected exception (500, logged).
 
 from __future__ import annotations
 
+import json
 import logging
 
 from fastapi import FastAPI, Request
@@ -15,7 +16,7 @@ from starlette.exceptions import HTTPException
 
 from reasonserve.core.errors import InvalidArgumentError
 
-__all__ = ["ApiError", "error_body", "error_response", "install_error_handlers"]
+__all__ = ["ApiError", "AsciiJSONResponse", "error_body", "error_response", "install_error_handlers"]
 
 _TYPES = {
     400: "BadRequestError",
@@ -45,8 +46,16 @@ def error_body(status: int, message: str, param: str | None = None) -> dict:
     return {"error": {"message": message, "type": kind, "param": param, "code": status}}
 
 
+class AsciiJSONResponse(JSONResponse):
+    """JSON with non-ASCII escaped: text echoed from a request (a lone surrogate in a model
+    name, a ``vllm_xargs`` key, a message) cannot make the reply unencodable."""
+
+    def render(self, content) -> bytes:
+        return json.dumps(content, ensure_ascii=True, allow_nan=False, separators=(",", ":")).encode("ascii")
+
+
 def error_response(err: ApiError) -> JSONResponse:
-    return JSONResponse(
+    return AsciiJSONResponse(
         error_body(err.status, err.message, err.param), status_code=err.status, headers=err.headers
     )
 

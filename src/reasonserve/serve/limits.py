@@ -1,5 +1,11 @@
 """Connection-level limits uvicorn does not have.
 
+:class:`RequestLimitMiddleware` (ASGI, outermost) answers 503 at once, before reading
+the body, to a request beyond ``max_requests`` being served; ``/health`` and
+``/metrics`` are exempt, so a flood of slow clients can never make the server look
+dead to its supervisor. (uvicorn's own ``limit_concurrency`` counts idle connections
+and health checks alike, and is not used.)
+
 :class:`BodyLimitMiddleware` (ASGI) reads a request body before the app sees it,
 counting bytes as they arrive, so a chunked body over the limit is cut off at the
 limit (413) instead of buffered; a body not complete within ``body_timeout_s`` gets 408.
@@ -8,7 +14,8 @@ it (for disconnect detection).
 
 :func:`timed_h11_protocol` returns uvicorn's h11 protocol with a header-read timeout:
 a connection that starts a request but has not sent the whole header block within
-``header_timeout_s`` is closed (uvicorn's own keep-alive timer stops at the first byte).
+``header_timeout_s`` is closed (uvicorn's own keep-alive timer stops at the first byte),
+and so is a new connection that sends nothing within that time.
 """
 
 from __future__ import annotations
@@ -18,7 +25,26 @@ import json
 
 from reasonserve.serve.errors import error_body
 
-__all__ = ["BodyLimitMiddleware", "timed_h11_protocol"]
+__all__ = ["EXEMPT_PATHS", "BodyLimitMiddleware", "RequestLimitMiddleware", "timed_h11_protocol"]
+
+EXEMPT_PATHS = frozenset({"/health", "/metrics"})
+
+
+class RequestLimitMiddleware:
+    def __init__(self, app, *, max_requests: int) -> None:
+        self.app, self.max_requests = app, max_requests
+        self.active = 0  # requests being served, exempt paths left out (one event loop: no lock)
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] != "http" or scope["path"] in EXEMPT_PATHS:
+            return await self.app(scope, receive, send)
+        if self.active >= self.max_requests:
+            return await _reply(send, 503, f"the server is serving its limit of {self.max_requests} requests")
+        self.active += 1
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            self.active -= 1
 
 
 class BodyLimitMiddleware:
@@ -90,6 +116,10 @@ def timed_h11_protocol(header_timeout_s: float):
 
     class TimedH11Protocol(H11Protocol):
         _header_timer: asyncio.TimerHandle | None = None
+
+        def connection_made(self, transport) -> None:  # type: ignore[override]
+            super().connection_made(transport)
+            self._header_timer = self.loop.call_later(header_timeout_s, self._headers_too_slow)
 
         def data_received(self, data: bytes) -> None:
             if self._header_timer is None and (self.cycle is None or self.cycle.response_complete):

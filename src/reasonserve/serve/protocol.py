@@ -10,7 +10,7 @@ implement with a 400 that names them (see ``docs/serve.md``).
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -18,14 +18,17 @@ __all__ = [
     "ChatCompletionRequest",
     "ChatMessage",
     "CompletionRequest",
+    "DetokenizeRequest",
     "StreamOptions",
     "TextPart",
     "TokenizeRequest",
+    "ToolCall",
 ]
 
 MAX_INT32 = 2**31 - 1
 MAX_SEED = 2**63 - 1
 MAX_STOP_STRINGS = 16
+MAX_TEMPLATE_CHARS = 200_000
 
 _Id = Annotated[int, Field(ge=0, le=MAX_INT32)]
 _Stop = Annotated[str, Field(min_length=1, max_length=256)]
@@ -74,6 +77,9 @@ class _Sampling(_Strict):
     return_token_ids: bool = False
     deterministic: bool = False
     vllm_xargs: dict[str, str | int | float] | None = None
+    thinking_token_budget: int | None = Field(
+        None, ge=0, le=MAX_INT32, description="reasoning tokens before the end of thinking is forced"
+    )
 
 
 class CompletionRequest(_Sampling):
@@ -86,6 +92,7 @@ class CompletionRequest(_Sampling):
     echo: bool = False
     logprobs: int | None = Field(None, ge=0, le=20)
     suffix: str | None = None
+    add_special_tokens: bool = True
 
 
 class TextPart(_Strict):
@@ -93,9 +100,28 @@ class TextPart(_Strict):
     text: str
 
 
+class FunctionCall(_Strict):
+    name: str
+    arguments: str = Field(description="JSON text; templates receive it parsed")
+
+
+class ToolCall(_Strict):
+    id: str
+    type: Literal["function"] = "function"
+    function: FunctionCall
+
+
 class ChatMessage(_Strict):
-    role: Literal["system", "developer", "user", "assistant"]
+    """A message as the chat template sees it (``tool_calls`` only on assistant
+    messages, ``tool_call_id`` only on tool messages)."""
+
+    role: Literal["system", "developer", "user", "assistant", "tool"]
     content: str | list[TextPart] | None = None
+    name: str | None = Field(None, max_length=256)
+    tool_calls: list[ToolCall] | None = None
+    tool_call_id: str | None = Field(None, max_length=256)
+    reasoning: str | None = None
+    reasoning_content: str | None = None
 
 
 class ChatCompletionRequest(_Sampling):
@@ -105,13 +131,35 @@ class ChatCompletionRequest(_Sampling):
     top_logprobs: int | None = Field(None, ge=0, le=20)
     add_generation_prompt: bool = True
     continue_final_message: bool = False
+    add_special_tokens: bool = False
+    chat_template: str | None = Field(None, max_length=MAX_TEMPLATE_CHARS)
+    chat_template_kwargs: dict[str, Any] | None = None
+    include_reasoning: bool = True
     tools: list[dict] | None = None
     tool_choice: str | dict | None = None
+    parallel_tool_calls: bool | None = Field(None, description="accepted and ignored (no tool calling)")
+    store: bool | None = Field(None, description="accepted and ignored: nothing is stored")
+    metadata: dict[str, str] | None = Field(None, description="accepted and ignored")
+    service_tier: str | None = Field(None, max_length=64, description="accepted and ignored")
 
 
 class TokenizeRequest(_Strict):
-    """``POST /tokenize`` (vLLM's shape): the token ids of a text."""
+    """``POST /tokenize`` (vLLM's shape): the token ids of a text, or of chat messages
+    after the chat template."""
 
     model: str | None = None
-    prompt: Annotated[str, Field(min_length=1)]
-    add_special_tokens: bool = True
+    prompt: Annotated[str, Field(min_length=1)] | None = None
+    messages: list[ChatMessage] | None = Field(None, min_length=1)
+    add_special_tokens: bool | None = None
+    add_generation_prompt: bool = True
+    continue_final_message: bool = False
+    chat_template: str | None = Field(None, max_length=MAX_TEMPLATE_CHARS)
+    chat_template_kwargs: dict[str, Any] | None = None
+    return_token_strs: bool = False
+
+
+class DetokenizeRequest(_Strict):
+    """``POST /detokenize`` (vLLM's shape): the text of token ids."""
+
+    model: str | None = None
+    tokens: list[_Id] = Field(max_length=1_000_000)

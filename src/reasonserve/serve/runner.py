@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 
 from reasonserve.core.errors import UnknownRequestError
 from reasonserve.engine import Engine, RequestOutput, SamplingParams
+from reasonserve.engine.logprobs import TokenLogprobs
 from reasonserve.serve.errors import ApiError
 
 __all__ = ["EngineRunner", "Event"]
@@ -40,6 +41,8 @@ class Event:
     tokens: list[int]  # new verified tokens
     finished: RequestOutput | None = None
     error: str | None = None  # the request failed (engine error, shutdown)
+    logprobs: list[TokenLogprobs] | None = None  # of ``tokens``, when the request asked
+    status: int = 500  # HTTP status of ``error``: 503 when the server is shutting down
 
 
 @dataclass
@@ -47,6 +50,7 @@ class _Live:
     loop: asyncio.AbstractEventLoop
     queue: asyncio.Queue
     sent: int = 0
+    logprobs: bool = False
 
 
 @dataclass
@@ -87,22 +91,46 @@ class EngineRunner:
     async def submit(
         self, prompt_ids: list[int], params: SamplingParams, request_id: str, queue: asyncio.Queue
     ) -> None:
-        """Queue a request whose events go to ``queue``; raises :class:`ApiError`
-        (400 rejected by the engine, 429 queue full, 503 engine not running)."""
-        add = _Add(request_id, prompt_ids, params, _Live(asyncio.get_running_loop(), queue))
+        """:meth:`submit_all` of one request."""
+        await self.submit_all([(prompt_ids, params, request_id)], queue)
+
+    async def submit_all(
+        self, requests: list[tuple[list[int], SamplingParams, str]], queue: asyncio.Queue
+    ) -> None:
+        """Queue requests whose events go to ``queue``, room for all of them or none.
+        Raises :class:`ApiError`: 400 when they could never fit the queue or the engine
+        rejects one, 429 when the queue is full now, 503 when the engine is not running.
+        If one is rejected, or the caller is cancelled while waiting, all are aborted."""
+        loop = asyncio.get_running_loop()
+        adds = [
+            _Add(rid, ids, p, _Live(loop, queue, logprobs=p.logprobs is not None)) for ids, p, rid in requests
+        ]
         with self._cv:
             if not self.alive:
                 raise ApiError(503, "the engine is not running")
-            if self._num_live >= self.max_queued_requests:
+            if len(adds) > self.max_queued_requests:
+                raise ApiError(
+                    400,
+                    f"this request needs {len(adds)} engine requests (prompts x n) but the server "
+                    f"queues at most {self.max_queued_requests}",
+                    param="n",
+                )
+            if self._num_live + len(adds) > self.max_queued_requests:
                 raise ApiError(
                     429,
                     f"too many queued requests (limit {self.max_queued_requests}); retry later",
                     headers={"Retry-After": "1"},
                 )
-            self._num_live += 1
-            self._inbox.append(add)
+            self._num_live += len(adds)
+            self._inbox.extend(adds)
             self._cv.notify()
-        await asyncio.wrap_future(add.future)
+        try:
+            for add in adds:
+                await asyncio.wrap_future(add.future)
+        except BaseException:
+            for add in adds:  # after the adds in the inbox; a no-op for a rejected one
+                self.abort(add.request_id)
+            raise
 
     def abort(self, request_id: str) -> None:
         """Abort a request (no-op once it finished); never blocks on the engine."""
@@ -110,11 +138,16 @@ class EngineRunner:
             self._inbox.append(request_id)
             self._cv.notify()
 
-    def close(self, timeout_s: float = 10.0) -> None:
-        """Fail what is still running ("server shutting down") and stop the thread."""
+    def stop(self) -> None:
+        """Fail what is still running (503 "the server is shutting down": streams get an
+        error event) and let the thread end; returns at once."""
         with self._cv:
             self._closing = True
             self._cv.notify()
+
+    def close(self, timeout_s: float = 10.0) -> None:
+        """:meth:`stop`, then wait for the thread."""
+        self.stop()
         self._thread.join(timeout=timeout_s)
 
     # engine thread --------------------------------------------------------------------
@@ -127,7 +160,9 @@ class EngineRunner:
             _log.exception("the engine loop died")
         finally:
             self._fail_live(
-                "the engine stopped" if self.error else "the server is shutting down", abort=False
+                "the engine stopped" if self.error else "the server is shutting down",
+                abort=False,
+                status=500 if self.error else 503,
             )
             self._fail_inbox()
             if self.error is not None and self._on_exit is not None:
@@ -143,7 +178,7 @@ class EngineRunner:
         for command in commands:
             self._add(command) if isinstance(command, _Add) else self._abort(command)
         if closing:
-            self._fail_live("the server is shutting down")
+            self._fail_live("the server is shutting down", status=503)
             return False
         if self.engine.has_unfinished():
             self._step()
@@ -190,6 +225,7 @@ class EngineRunner:
             out = done.pop(rid, None)
             tokens = out.token_ids if out is not None else self._verified(rid)
             new = list(tokens[live.sent :])
+            logprobs = self._logprobs(rid, live, out) if new and live.logprobs else None
             live.sent += len(new)
             if out is not None:
                 error = (
@@ -197,19 +233,19 @@ class EngineRunner:
                     if out.finish_reason == "error"
                     else None
                 )
-                batches[live.loop].append((live.queue, Event(rid, new, out, error)))
+                batches[live.loop].append((live.queue, Event(rid, new, out, error, logprobs)))
                 self._forget(rid)
             elif new:
-                batches[live.loop].append((live.queue, Event(rid, new)))
+                batches[live.loop].append((live.queue, Event(rid, new, logprobs=logprobs)))
         for loop, batch in batches.items():
             _send(loop, batch)
 
-    def _fail_live(self, message: str, *, abort: bool = True) -> None:
+    def _fail_live(self, message: str, *, abort: bool = True, status: int = 500) -> None:
         batches: dict[asyncio.AbstractEventLoop, list] = defaultdict(list)
         for rid, live in list(self._live.items()):
             if abort:
                 self._engine_abort(rid)
-            batches[live.loop].append((live.queue, Event(rid, [], None, message)))
+            batches[live.loop].append((live.queue, Event(rid, [], None, message, status=status)))
             self._forget(rid)
         for loop, batch in batches.items():
             _send(loop, batch)
@@ -226,6 +262,14 @@ class EngineRunner:
     def _engine_abort(self, request_id: str) -> None:
         with contextlib.suppress(UnknownRequestError):  # it finished in the meantime
             self.engine.abort(request_id)
+
+    def _logprobs(self, request_id: str, live: _Live, out: RequestOutput | None) -> list[TokenLogprobs]:
+        if out is not None:
+            return list((out.logprobs or [])[live.sent :])
+        try:
+            return self.engine.verified_logprobs(request_id, live.sent)
+        except UnknownRequestError:
+            return []
 
     def _verified(self, request_id: str) -> list[int]:
         try:

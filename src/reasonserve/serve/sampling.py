@@ -12,11 +12,13 @@ from dataclasses import dataclass
 
 from reasonserve.core.errors import InvalidArgumentError
 from reasonserve.engine import SamplingParams
+from reasonserve.serve.chat import render_chat
 from reasonserve.serve.config import ServeConfig
 from reasonserve.serve.errors import ApiError
-from reasonserve.serve.protocol import MAX_SEED, ChatCompletionRequest, ChatMessage, CompletionRequest
+from reasonserve.serve.protocol import MAX_SEED, ChatCompletionRequest, CompletionRequest
+from reasonserve.serve.reasoning_parser import ReasoningParser, get_reasoning_parser, tag_token_ids
 
-__all__ = ["Capacity", "Job", "Plan", "plan_chat", "plan_completion"]
+__all__ = ["Capacity", "Job", "Plan", "ReasoningSetup", "chat_text", "plan_chat", "plan_completion"]
 
 
 @dataclass(frozen=True)
@@ -26,7 +28,21 @@ class Capacity:
     tokenizer: object | None
     max_model_len: int
     kv_capacity_tokens: int
-    eos_token_id: int | None
+    eos_token_ids: frozenset[int]
+    end_of_thinking_token_id: int | None = None  # the token a thinking budget forces
+    vocab_size: int | None = None  # token ids at or above it are refused by /detokenize
+
+
+@dataclass(frozen=True)
+class ReasoningSetup:
+    """How a chat response separates reasoning (``--reasoning-parser``): the parser,
+    whether the output starts in the answer, the tags' token ids (for counting), and
+    whether the reasoning is returned (``include_reasoning``)."""
+
+    parser: ReasoningParser
+    in_answer: bool
+    tag_ids: tuple[tuple[int, ...], tuple[int, ...]] | None
+    include: bool
 
 
 @dataclass(frozen=True)
@@ -50,25 +66,37 @@ class Plan:
     include_stop: bool
     return_token_ids: bool
     hidden_ids: frozenset[int]  # a final eos / stop token id is not part of the text
+    logprobs: int | None = None  # top logprobs per token (0: only the token's own); None: none
+    reasoning: ReasoningSetup | None = None
 
 
 def plan_completion(body: CompletionRequest, cap: Capacity, cfg: ServeConfig) -> Plan:
     _reject_unsupported(body, cfg)
-    if body.logprobs is not None:
-        raise ApiError(400, "logprobs is not supported by this engine yet", param="logprobs")
     if body.suffix is not None:
         raise ApiError(400, "suffix is not supported", param="suffix")
-    prompts = [_encode(p, cap, "prompt") for p in _prompt_list(body.prompt)]
+    if body.echo and body.logprobs is not None:
+        raise ApiError(400, "echo with logprobs needs prompt logprobs (not supported)", param="logprobs")
+    prompts = [_encode(p, cap, "prompt", body.add_special_tokens) for p in _prompt_list(body.prompt)]
+    budget = _thinking_budget(body, cap, cfg, _prompt_list(body.prompt))
     return _plan(
-        body, prompts, cap, cfg, chat=False, requested=body.max_tokens, default=16, param="max_tokens"
+        body,
+        prompts,
+        cap,
+        cfg,
+        chat=False,
+        requested=body.max_tokens,
+        default=16,
+        param="max_tokens",
+        logprobs=body.logprobs,
+        budgets=budget,
     )
 
 
 def plan_chat(body: ChatCompletionRequest, cap: Capacity, cfg: ServeConfig) -> Plan:
     _reject_unsupported(body, cfg)
+    if body.top_logprobs is not None and not body.logprobs:
+        raise ApiError(400, "top_logprobs needs logprobs: true", param="top_logprobs")
     for name, bad in (
-        ("logprobs", body.logprobs),
-        ("top_logprobs", body.top_logprobs is not None),
         ("tools", bool(body.tools)),
         ("tool_choice", body.tool_choice not in (None, "none")),
     ):
@@ -78,31 +106,73 @@ def plan_chat(body: ChatCompletionRequest, cap: Capacity, cfg: ServeConfig) -> P
         raise ApiError(400, "max_tokens and max_completion_tokens disagree", param="max_completion_tokens")
     requested = body.max_completion_tokens or body.max_tokens
     param = "max_completion_tokens" if body.max_completion_tokens is not None else "max_tokens"
-    prompt = _encode(
-        chat_prompt(body.messages, body.add_generation_prompt, body.continue_final_message), cap, "messages"
+    text = chat_text(body, cap, cfg)
+    prompt = _encode(text, cap, "messages", body.add_special_tokens)
+    return _plan(
+        body,
+        [prompt],
+        cap,
+        cfg,
+        chat=True,
+        requested=requested,
+        default=None,
+        param=param,
+        logprobs=(body.top_logprobs or 0) if body.logprobs else None,
+        budgets=_thinking_budget(body, cap, cfg, [text]),
+        reasoning=_reasoning(body, cap, cfg, text),
     )
-    return _plan(body, [prompt], cap, cfg, chat=True, requested=requested, default=None, param=param)
 
 
-def chat_prompt(messages: list[ChatMessage], add_generation_prompt: bool, continue_final: bool) -> str:
-    """A plain ``<|role|>`` template (the checkpoints served here carry no chat template)."""
-    if continue_final and add_generation_prompt:
+def _reasoning(
+    body: ChatCompletionRequest, cap: Capacity, cfg: ServeConfig, prompt: str
+) -> ReasoningSetup | None:
+    if cfg.reasoning_parser is None:
+        return None
+    parser = get_reasoning_parser(cfg.reasoning_parser)
+    tok = cap.tokenizer
+    tags = None if tok is None else (tag_token_ids(tok, parser.start_tag), tag_token_ids(tok, parser.end_tag))
+    in_answer = parser.starts_in_answer(prompt, body.chat_template_kwargs)
+    return ReasoningSetup(parser, in_answer, tags, body.include_reasoning)
+
+
+def _thinking_budget(body, cap: Capacity, cfg: ServeConfig, prompts: list) -> list[int | None]:
+    """Each prompt's ``thinking_token_budget`` for the engine (None where the prompt —
+    text, or token ids decoded here, only when a budget is asked for — already closed
+    the thinking block: its output is all answer)."""
+    budget = body.thinking_token_budget
+    if budget is None:
+        return [None] * len(prompts)
+    if cfg.reasoning_parser is None or cap.end_of_thinking_token_id is None:
         raise ApiError(
             400,
-            "continue_final_message and add_generation_prompt cannot both be true",
-            param="continue_final_message",
+            "thinking_token_budget needs a server started with --reasoning-parser and a tokenizer "
+            "whose end-of-thinking tag is one token",
+            param="thinking_token_budget",
         )
-    if continue_final and messages[-1].role != "assistant":
-        raise ApiError(400, "continue_final_message needs a final assistant message", param="messages")
-    parts = []
-    for i, m in enumerate(messages):
-        if m.content is None and m.role != "assistant":
-            raise ApiError(
-                400, f"content of a {m.role} message must not be null", param=f"messages[{i}].content"
-            )
-        text = m.content if isinstance(m.content, str) else "".join(p.text for p in m.content or [])
-        parts.append(f"<|{m.role}|>\n{text}" + ("" if continue_final and i == len(messages) - 1 else "\n"))
-    return "".join(parts) + ("<|assistant|>\n" if add_generation_prompt else "")
+    parser = get_reasoning_parser(cfg.reasoning_parser)
+    kwargs = getattr(body, "chat_template_kwargs", None)
+    texts = [_prompt_text(p, cap) for p in prompts]
+    return [None if parser.starts_in_answer(t, kwargs) else budget for t in texts]
+
+
+def _prompt_text(prompt: str | list[int], cap: Capacity) -> str | None:
+    if isinstance(prompt, str) or cap.tokenizer is None:
+        return prompt if isinstance(prompt, str) else None
+    return cap.tokenizer.decode(prompt)  # type: ignore[attr-defined]
+
+
+def chat_text(body, cap: Capacity, cfg: ServeConfig) -> str:
+    """The prompt text of a chat request (or of ``/tokenize`` with ``messages``)."""
+    return render_chat(
+        cap.tokenizer,
+        body.messages,
+        add_generation_prompt=body.add_generation_prompt,
+        continue_final_message=body.continue_final_message,
+        request_template=body.chat_template,
+        server_template=cfg.chat_template,
+        trust_request_template=cfg.trust_request_chat_template,
+        template_kwargs=body.chat_template_kwargs,
+    )
 
 
 def _reject_unsupported(body, cfg: ServeConfig) -> None:
@@ -138,13 +208,13 @@ def _prompt_list(prompt) -> list:
     return list(prompt)
 
 
-def _encode(prompt: str | list[int], cap: Capacity, param: str) -> list[int]:
+def _encode(prompt: str | list[int], cap: Capacity, param: str, add_special_tokens: bool) -> list[int]:
     if not isinstance(prompt, str):
         return list(prompt)
     if cap.tokenizer is None:
         raise ApiError(400, "text prompts need a tokenizer; send token ids", param=param)
     try:
-        return cap.tokenizer.encode(prompt)  # type: ignore[attr-defined]
+        return cap.tokenizer.encode(prompt, add_special_tokens=add_special_tokens)  # type: ignore[attr-defined]
     except InvalidArgumentError as err:
         raise ApiError(400, str(err), param=param) from None
 
@@ -159,6 +229,9 @@ def _plan(
     requested: int | None,
     default: int | None,
     param: str,
+    logprobs: int | None,
+    budgets: list[int | None],
+    reasoning: ReasoningSetup | None = None,
 ) -> Plan:
     if len(prompts) * body.n > cfg.max_choices_per_request:
         raise ApiError(400, f"prompts x n must be <= {cfg.max_choices_per_request}", param="n")
@@ -167,9 +240,9 @@ def _plan(
     for p, ids in enumerate(prompts):
         max_tokens = _max_tokens(len(ids), requested, default, cap, cfg, param)
         for i in range(body.n):
-            jobs.append(Job(p * body.n + i, ids, _params(body, max_tokens, i)))
+            jobs.append(Job(p * body.n + i, ids, _params(body, max_tokens, i, logprobs, budgets[p])))
     rid = body.request_id or uuid.uuid4().hex
-    hidden = {*(body.stop_token_ids or ()), *(() if cap.eos_token_id is None else (cap.eos_token_id,))}
+    hidden = {*(body.stop_token_ids or ()), *cap.eos_token_ids}
     return Plan(
         ("chatcmpl-" if chat else "cmpl-") + rid,
         chat,
@@ -181,6 +254,8 @@ def _plan(
         body.include_stop_str_in_output,
         body.return_token_ids,
         frozenset(() if body.include_stop_str_in_output else hidden),
+        logprobs,
+        reasoning,
     )
 
 
@@ -217,7 +292,9 @@ def _max_tokens(
     return requested
 
 
-def _params(body, max_tokens: int, i: int) -> SamplingParams:
+def _params(
+    body, max_tokens: int, i: int, logprobs: int | None = None, budget: int | None = None
+) -> SamplingParams:
     seed = None if body.seed is None else (body.seed + i) % (MAX_SEED + 1)
     try:
         return SamplingParams(
@@ -230,7 +307,9 @@ def _params(body, max_tokens: int, i: int) -> SamplingParams:
             deterministic=body.deterministic,
             stop_token_ids=tuple(body.stop_token_ids or ()),
             ignore_eos=body.ignore_eos,
-            priority=body.priority,
+            priority=-body.priority,  # HTTP: vLLM's lower-first; engine: larger is more urgent
+            logprobs=logprobs,
+            thinking_token_budget=budget,
         )
     except InvalidArgumentError as err:
         raise ApiError(400, str(err)) from None

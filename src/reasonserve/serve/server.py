@@ -1,12 +1,16 @@
 """Run the app under uvicorn with the limits of a :class:`ServeConfig`.
 
-SIGTERM/SIGINT: uvicorn stops accepting, waits up to ``drain_timeout_s`` for in-flight
-requests, then the runner fails what is left and stops. If the engine loop dies, the
-server shuts down the same way and :func:`serve` returns 1.
+SIGTERM/SIGINT: uvicorn stops accepting and waits for in-flight requests; after
+``drain_timeout_s`` the runner fails what is left with a 503 "the server is shutting
+down" (non-streamed) or an ``error`` event followed by ``[DONE]`` (streamed), and the
+server waits up to :data:`FLUSH_S` more for those replies to go out before it closes
+connections. If the engine loop dies, the server shuts down the same way and
+:func:`serve` returns 1.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import signal
 import threading
@@ -16,7 +20,9 @@ from reasonserve.serve.config import ServeConfig
 from reasonserve.serve.limits import timed_h11_protocol
 from reasonserve.serve.runner import EngineRunner
 
-__all__ = ["serve", "uvicorn_config"]
+__all__ = ["FLUSH_S", "draining_server", "serve", "uvicorn_config"]
+
+FLUSH_S = 5.0  # after the drain deadline: time for the failed requests' replies to go out
 
 
 def uvicorn_config(app, cfg: ServeConfig, *, host: str, port: int, log_level: str = "info"):
@@ -28,9 +34,8 @@ def uvicorn_config(app, cfg: ServeConfig, *, host: str, port: int, log_level: st
         port=port,
         log_level=log_level,
         http=timed_h11_protocol(cfg.header_timeout_s),
-        limit_concurrency=cfg.max_connections,
         timeout_keep_alive=cfg.keep_alive_s,
-        timeout_graceful_shutdown=cfg.drain_timeout_s,
+        timeout_graceful_shutdown=cfg.drain_timeout_s + FLUSH_S,
         h11_max_incomplete_event_size=16 * 1024,
         lifespan="off",
     )
@@ -48,9 +53,8 @@ def serve(
         max_queued_requests=cfg.max_queued_requests,
         on_exit=lambda: setattr(holder[0], "should_exit", True),
     )
-    server = uvicorn.Server(
-        uvicorn_config(create_app(runner, cfg), cfg, host=host, port=port, log_level=log_level)
-    )
+    config = uvicorn_config(create_app(runner, cfg), cfg, host=host, port=port, log_level=log_level)
+    server = draining_server(config, runner, cfg.drain_timeout_s)
     holder.append(server)
     try:
         with _signals_end_the_drain():
@@ -58,6 +62,22 @@ def serve(
     finally:
         runner.close(cfg.drain_timeout_s)
     return 1 if runner.error is not None else 0
+
+
+def draining_server(config, runner: EngineRunner, drain_timeout_s: float):
+    """A uvicorn ``Server`` whose shutdown fails the runner's live requests at the drain
+    deadline, so streams end with an error event and ``[DONE]`` instead of being cut off."""
+    import uvicorn
+
+    class DrainingServer(uvicorn.Server):
+        async def shutdown(self, sockets=None) -> None:
+            deadline = asyncio.get_running_loop().call_later(drain_timeout_s, runner.stop)
+            try:
+                await super().shutdown(sockets)
+            finally:
+                deadline.cancel()
+
+    return DrainingServer(config)
 
 
 @contextlib.contextmanager

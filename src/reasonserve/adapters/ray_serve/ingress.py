@@ -26,8 +26,9 @@ class OpenAIIngress:
         engine = config.engine
         info = EngineInfo(
             load_tokenizer(pathlib.Path(config.model), model.vocab_size),
-            engine.max_model_len or model.max_position_embeddings,
+            engine.max_model_len or model.default_max_model_len,
             engine,
+            model.vocab_size,
         )
         client = PhaseAwareClient(
             replicas,

@@ -2,7 +2,7 @@
 :mod:`reasonserve.serve` (request models, validation, SSE streaming, stop strings,
 errors) runs unchanged in the ingress.
 
-``submit``/``abort``/``alive``/``num_live``/``snapshot``/``engine`` are what
+``submit_all``/``abort``/``alive``/``num_live``/``snapshot``/``engine`` are what
 :func:`reasonserve.serve.app.create_app` uses of an :class:`EngineRunner`; here each
 request is a task running :meth:`PhaseAwareClient.run`, whose committed tokens become
 the server's events. ``engine`` describes one replica (its tokenizer and limits: a
@@ -36,6 +36,7 @@ class EngineInfo:
     tokenizer: object | None
     max_model_len: int
     config: EngineConfig
+    vocab_size: int | None = None
 
 
 class PoolRunner:
@@ -60,6 +61,20 @@ class PoolRunner:
     def snapshot(self) -> EngineMetrics:
         cfg = self.engine.config
         return EngineMetrics(len(self._tasks), 0, 0, cfg.num_blocks, 0, 0, self._finished, 0, 0, 0)
+
+    async def submit_all(self, requests: list[tuple[list[int], SamplingParams, str]],
+                         queue: asyncio.Queue) -> None:  # fmt: skip
+        """Start every request or none (the queue cap as :meth:`EngineRunner.submit_all`)."""
+        if len(requests) > self.max_queued_requests:
+            raise ApiError(400, f"this request needs {len(requests)} engine requests but the server queues "
+                                f"at most {self.max_queued_requests}", param="n")  # fmt: skip
+        if len(self._tasks) + len(requests) > self.max_queued_requests:
+            raise ApiError(429, f"too many queued requests (limit {self.max_queued_requests}); retry later",
+                           headers={"Retry-After": "1"})  # fmt: skip
+        if any(params.logprobs is not None for _, params, _ in requests):
+            raise ApiError(400, "logprobs are not returned through replicas", param="logprobs")
+        for prompt_ids, params, request_id in requests:
+            await self.submit(prompt_ids, params, request_id, queue)
 
     async def submit(self, prompt_ids: list[int], params: SamplingParams, request_id: str,
                      queue: asyncio.Queue) -> None:  # fmt: skip

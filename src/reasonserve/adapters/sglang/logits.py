@@ -4,7 +4,21 @@ SGLang calls the processor with the logits rows of the requests that named it an
 their ``custom_params`` (plus ``"__req__"``, a weak proxy of the request). Rows whose
 ``custom_params`` carry ``reasonserve_seed`` become a one-hot at the token
 ``reasonserve.ops.sample`` draws for the request's temperature, top-k, top-p, min-p
-and the position ``len(prompt) + len(output)`` (:mod:`reasonserve.adapters.seeded`).
+and the position of the token being drawn (:mod:`reasonserve.adapters.seeded`).
+
+The position is read from SGLang's own forward-side counters, not from
+``len(prompt) + len(output)``: under SGLang's default overlap loop, step t is
+prepared and run before step t-1's token is appended to ``req.output_ids``, so that
+sum lags by one depending on batch timing. ``req.full_untruncated_fill_ids`` is the
+prompt plus the output at the request's last (re)prefill and ``req.decode_batch_idx``
+counts the decode steps prepared since (``ScheduleBatch.prepare_for_decode`` adds one
+before each decode forward, a retraction resets both), so their sum is the position
+of the token this forward samples, overlapped or not. A request without them (another
+SGLang) is logged and left to SGLang's sampler rather than drawn at a guessed position.
+
+Speculative decoding (EAGLE and the other draft workers): SGLang's verify path does
+not call custom logit processors, so seeded requests are sampled by SGLang there
+(``docs/use_sglang.md``).
 SGLang applies custom processors before temperature and top-k/top-p, and its own
 greedy path (temperature 0 becomes top-k 1) keeps the one finite entry.
 
@@ -62,7 +76,7 @@ def _seeded(custom) -> tuple[SeededParams, int] | None:
         found = seeded_params(custom, temperature=sp.temperature, top_k=top_k, top_p=sp.top_p, min_p=sp.min_p)
         if found is None:
             return None
-        return found, len(req.origin_input_ids) + len(req.output_ids)
-    except (ValueError, TypeError, ReferenceError) as err:  # bad seed, or the request is gone
+        return found, len(req.full_untruncated_fill_ids) + req.decode_batch_idx
+    except (ValueError, TypeError, ReferenceError, AttributeError) as err:  # bad seed, gone, other SGLang
         _log.warning("reasonserve seeded sampling: %s; row left to SGLang", err)
         return None

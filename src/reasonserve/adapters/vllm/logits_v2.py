@@ -1,10 +1,13 @@
 """Seeded sampling as a logits processor for vLLM's Model Runner V2 (the 0.33 default).
 
-``add_request`` records, per persistent slot, the params of a request that carries
-``reasonserve_seed``; ``apply`` maps each logits row to its slot
-(``ctx.expanded_idx_mapping``) and turns the rows of seeded requests into a one-hot
-at the token ``reasonserve.ops.sample`` draws for the row's position ``ctx.pos + 1``
-(the position of the token being sampled). V2 calls ``apply`` after bias, penalties,
+``add_request`` writes, per persistent slot, the params of a request that carries
+``reasonserve_seed`` into small device tables (and marks the slot inactive for any
+other request, so a recycled slot never keeps its previous occupant's seed). ``apply``
+maps each logits row to its slot (``ctx.expanded_idx_mapping``: under speculative
+decoding a request owns one row per draft token) and turns the rows of seeded requests
+into a one-hot at the token ``reasonserve.ops.sample`` draws for the row's own position
+``ctx.pos + 1`` (the position of the token being sampled). Everything stays on the
+device: one fused sampler pass over the seeded rows, no host sync. V2 calls ``apply`` after bias, penalties,
 bad words and grammar, and before temperature, min-p, top-k and top-p, so the draw
 sees the penalised logits and the later stages cannot move it.
 
@@ -23,7 +26,7 @@ import logging
 import torch
 from vllm.v1.worker.gpu.sample.logits_processor import LogitsContext, LogitsProcessor
 
-from reasonserve.adapters.seeded import SeededParams, force_seeded
+from reasonserve.adapters.seeded import SeededParams, SlotTable
 from reasonserve.adapters.vllm._params import from_vllm, validate
 
 __all__ = ["SeededSamplingLogitsProcessor", "SeededSamplingPlugin"]
@@ -37,6 +40,7 @@ class SeededSamplingLogitsProcessor(LogitsProcessor):
     def __init__(self, vllm_config, req_states) -> None:
         super().__init__(vllm_config, req_states)
         self._slots: dict[int, SeededParams] = {}
+        self._table = SlotTable(req_states.max_num_reqs, req_states.device)
 
     @classmethod
     def validate_params(cls, sampling_params) -> None:
@@ -48,6 +52,7 @@ class SeededSamplingLogitsProcessor(LogitsProcessor):
         except (ValueError, TypeError) as err:  # validate_params turned it away at admission
             _log.warning("reasonserve seeded sampling: %s; request left to vLLM", err)
             seeded = None
+        self._table.set(req_idx, seeded)
         if seeded is None:
             self._slots.pop(req_idx, None)  # the slot's previous occupant
             return False
@@ -57,14 +62,8 @@ class SeededSamplingLogitsProcessor(LogitsProcessor):
     def apply(self, logits: torch.Tensor, ctx: LogitsContext) -> torch.Tensor:
         if not self._slots:
             return logits
-        slots = ctx.expanded_idx_mapping.tolist()
-        rows = [row for row, slot in enumerate(slots) if slot in self._slots]
-        if not rows:
-            return logits
-        positions = ctx.pos.tolist()
-        return force_seeded(
-            logits, rows, [self._slots[slots[r]] for r in rows], [int(positions[r]) + 1 for r in rows]
-        )
+        self._table.sample(logits, ctx.expanded_idx_mapping, ctx.pos + 1, self._slots.values())
+        return logits
 
 
 class SeededSamplingPlugin(SeededSamplingLogitsProcessor):

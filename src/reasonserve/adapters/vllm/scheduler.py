@@ -60,35 +60,45 @@ class _PhaseAware:
             )
         config = PhaseAwareConfig.from_mapping(settings)
         self.phase_book = PhaseBook(config)
-        self.pascal = config.policy()
 
     def schedule(self, *args, **kwargs):
         self.reorder_queues(time.time())
         return super().schedule(*args, **kwargs)
 
     def reorder_queues(self, now_s: float) -> None:
-        """Sort ``running`` and ``waiting`` by the PASCAL rank (stable, ties by id)."""
-        rank = self.pascal.rank_key
-        self.running.sort(key=lambda r: rank(self._view(r, True, now_s), True))
-        waiting = self.waiting
-        if len(waiting) > 1 and hasattr(waiting, "clear") and hasattr(waiting, "extend"):
-            ordered = sorted(waiting, key=lambda r: rank(self._view(r, False, now_s), False))
-            waiting.clear()
-            waiting.extend(ordered)
-        elif len(waiting) == 1:
-            self._view(next(iter(waiting)), False, now_s)
-        self.phase_book.retain(self.requests)
+        """Sort ``running`` and both waiting queues (``kv_holding_waiting``: preempted or
+        remote-KV requests that still hold blocks, drained first by vLLM; ``waiting``) by
+        :meth:`PhaseBook.rank` (stable; ties by id)."""
+        book = self.phase_book
+        rank, cached = book.rank, book.waiting_key
 
-    def _view(self, request, running: bool, now_s: float):
-        return self.phase_book.view(
-            request.request_id,
-            arrival_s=request.arrival_time,
-            num_prompt_tokens=request.num_prompt_tokens,
-            num_computed_tokens=request.num_computed_tokens,
-            output_ids=request.output_token_ids,
-            running=running,
-            now_s=now_s,
-        )
+        def running_key(r):
+            return rank(r.request_id, r.arrival_time, r.num_prompt_tokens, r.num_computed_tokens, _outputs(r),
+                        True, now_s)  # fmt: skip
+
+        def waiting_key(r):
+            key = cached(r.request_id, r.num_computed_tokens)
+            if key is not None:
+                return key
+            return rank(r.request_id, r.arrival_time, r.num_prompt_tokens, r.num_computed_tokens, _outputs(r),
+                        False, now_s)  # fmt: skip
+
+        self.running.sort(key=running_key)
+        for queue in (getattr(self, "kv_holding_waiting", None), self.waiting):
+            if queue is not None and len(queue) > 0:
+                ordered = sorted(queue, key=waiting_key)
+                if any(a is not b for a, b in zip(ordered, queue, strict=True)):
+                    queue.clear()
+                    queue.extend(ordered)
+        if len(self.phase_book) > len(self.requests):
+            self.phase_book.retain(self.requests)
+
+
+def _outputs(request) -> list[int]:
+    """The request's generated ids: vLLM's own list (its read-only wrapper costs a Python
+    call per ``len`` and slice), or the public wrapper where a vLLM has no such list."""
+    ids = getattr(request, "_output_token_ids", None)
+    return request.output_token_ids if ids is None else ids
 
 
 class PhaseAwareScheduler(_PhaseAware, AsyncScheduler):
