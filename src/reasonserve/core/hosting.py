@@ -158,7 +158,7 @@ def as_count(value: object) -> int | None:
     if isinstance(value, bool):
         return None
     try:
-        return operator.index(value)  # type: ignore[call-overload]
+        return operator.index(value)  # type: ignore[arg-type]  # a TypeError is the answer
     except TypeError:
         return None
 

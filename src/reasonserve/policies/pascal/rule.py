@@ -17,7 +17,7 @@ bound, its column walk of a long waiting queue) asks these two functions.
 
 from __future__ import annotations
 
-from typing import TypeVar
+from typing import Any, overload
 
 import numpy as np
 
@@ -28,10 +28,13 @@ __all__ = ["HIGH", "LOW", "in_low_queue", "place"]
 
 HIGH, LOW = 0, 1
 _ANSWERING = Phase.ANSWERING
-B = TypeVar("B", bool, np.ndarray)
 
 
-def in_low_queue(answering: B, num_tokens: int | np.ndarray, demote_threshold_tokens: int) -> B:
+@overload
+def in_low_queue(answering: bool, num_tokens: int, demote_threshold_tokens: int) -> bool: ...
+@overload
+def in_low_queue(answering: np.ndarray, num_tokens: np.ndarray, demote_threshold_tokens: int) -> np.ndarray: ...  # noqa: E501
+def in_low_queue(answering: Any, num_tokens: Any, demote_threshold_tokens: int) -> Any:
     """Whether a request is in the low queue: it is answering, or its sequence of
     ``num_tokens`` passed the demotion threshold. For one request (a bool and an int) or
     for numpy arrays of them, element by element."""

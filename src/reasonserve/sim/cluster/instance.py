@@ -228,10 +228,14 @@ class SimInstance:
         extra_s = self._apply(plan, now_s)
         self.steps += 1
         liveness: list[SimSequence] = []
+
+        def preempt(s: SimSequence) -> None:  # the contract's liveness rule (its swap time is not charged)
+            liveness.append(s)
+            self._preempt(s, self.config.preemption, now_s)
+
         work = hand_out_live(
             plan, self.running, lookup=self.by_id.get, pending=_pending, grow=self._grow,
-            max_num_batched_tokens=self.config.max_num_batched_tokens,
-            preempt=lambda s: liveness.append(s) or self._preempt(s, self.config.preemption, now_s),
+            max_num_batched_tokens=self.config.max_num_batched_tokens, preempt=preempt,
         )  # fmt: skip
         quiet = start_quiet(self, view, work, now_s) if work and plan.empty and not liveness else None
         if quiet is not None:
