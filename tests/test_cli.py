@@ -39,6 +39,7 @@ TESTED = {
     "sim": "test_cli::test_sim_runs_from_any_folder_with_the_data_in_the_environment",
     "adapter": "test_adapter_cli::test_vllm_phase_aware_flags_carry_the_validated_settings",
     "serve": "test_serve_supervision::test_sigterm_drains_and_exits_zero_in_bounded_time",
+    "gateway": "test_gateway_live::test_the_gateway_command_serves_until_sigterm",
 }
 
 

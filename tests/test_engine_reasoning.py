@@ -88,7 +88,9 @@ def test_logprobs_are_the_models_own_distribution(path, temperature):
     ref = _reference_logprobs(path, out.token_ids)
     for i, entry in enumerate(out.logprobs):
         assert entry.logprob == pytest.approx(float(ref[i, entry.token_id]), abs=1e-4)
-        assert [t for t, _ in entry.top] == ref[i].topk(3).indices.tolist()
+        best = ref[i].topk(3)
+        assert [t for t, _ in entry.top] == best.indices.tolist()
+        assert [lp for _, lp in entry.top] == pytest.approx(best.values.tolist(), abs=1e-4)
         assert [lp for _, lp in entry.top] == sorted((lp for _, lp in entry.top), reverse=True)
         if temperature == 0.0:
             assert entry.top[0][0] == entry.token_id

@@ -87,6 +87,22 @@ def test_request_templates_need_the_servers_trust(folder, client, hf_tok):
         runner.close()
 
 
+def test_a_request_template_cannot_hold_the_planning_thread(folder):
+    """Nested loops (10^10 iterations) are cut off by the step budget with a 400, and the
+    server goes on serving; a long conversation through a legitimate template is not."""
+    runner, trusting = _client(folder, ServeConfig(model_name="m", trust_request_chat_template=True))
+    try:
+        loops = "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}"
+        error = _chat(trusting, chat_template=loops).json()["error"]
+        assert error["param"] == "chat_template" and "steps of work" in error["message"]
+        template = "{% for m in messages %}<{{ m.role }}>{{ m.content }}{% endfor %}"
+        messages = [{"role": "user", "content": "x"}] * 3000
+        tokens = trusting.post("/tokenize", json={"messages": messages, "chat_template": template}).json()
+        assert tokens["count"] == 3000 * len("<user>x")
+    finally:
+        runner.close()
+
+
 def test_server_template_replaces_the_tokenizers(folder, hf_tok, tmp_path):
     file = tmp_path / "t.jinja"
     file.write_text("{% for m in messages %}<{{ m.role }}>{{ m.content }}{% endfor %}")

@@ -9,6 +9,7 @@ tokens, which gives every response both a reasoning and a content part.
 from __future__ import annotations
 
 import pytest
+import torch
 
 openai = pytest.importorskip("openai", reason="server tests need the openai client (dev extra)")
 httpx = pytest.importorskip("httpx")
@@ -17,7 +18,7 @@ transformers = pytest.importorskip("transformers", reason="HF tokenizers need tr
 
 from _hf_tokenizer import ADDED, tiny_hf_checkpoint  # noqa: E402
 from _live_server import TIMEOUT_S, live_server  # noqa: E402
-from reasonserve.engine import Engine, EngineConfig  # noqa: E402
+from reasonserve.engine import DecoderModel, Engine, EngineConfig, SequenceBatch  # noqa: E402
 from reasonserve.serve import launch  # noqa: E402
 from reasonserve.serve.config import ServeConfig  # noqa: E402
 from reasonserve.serve.reasoning_parser import get_reasoning_parser  # noqa: E402
@@ -119,6 +120,42 @@ def test_completions_logprobs(client):
     assert all(1 <= len(d) <= 3 for d in lp.top_logprobs)
     for token, value, best in zip(lp.tokens, lp.token_logprobs, lp.top_logprobs, strict=True):
         assert token in best and value <= 0
+
+
+def _model_logprobs(folder, prompt: list[int], output: list[int]) -> torch.Tensor:
+    """log_softmax of the model's logits: row i is the distribution output[i] was drawn from."""
+    logits, _ = DecoderModel.from_pretrained(folder).forward(
+        SequenceBatch([torch.tensor(prompt + output)], [0], [None])
+    )
+    return torch.log_softmax(logits[0].double(), -1)[len(prompt) - 1 : -1]
+
+
+def test_served_logprobs_are_the_models_own(client, folder):
+    """Both endpoints return each token's own logprob under the model's distribution, and
+    chat the top ones (completions key its top ones by text, which bytes may share)."""
+    prompt = [104, 105, 33]
+    text = client.completions.create(
+        model="r1",
+        prompt=prompt,
+        max_tokens=6,
+        logprobs=2,
+        temperature=1.5,
+        seed=3,
+        extra_body={"ignore_eos": True, "return_token_ids": True},
+    )
+    ids = text.choices[0].model_extra["token_ids"]
+    ref = _model_logprobs(folder, prompt, ids)
+    assert any(float(ref[i, t]) < float(ref[i].max()) - 0.1 for i, t in enumerate(ids))  # not all argmax
+    expected = [float(ref[i, t]) for i, t in enumerate(ids)]
+    assert text.choices[0].logprobs.token_logprobs == pytest.approx(expected, abs=1e-4)
+    chat = _create(client, logprobs=True, top_logprobs=2, temperature=1.5).choices[0]
+    ids, entries = chat.model_extra["token_ids"], chat.logprobs.content
+    ref = _model_logprobs(folder, chat.model_extra["prompt_token_ids"], ids)
+    assert [e.logprob for e in entries] == pytest.approx(
+        [float(ref[i, t]) for i, t in enumerate(ids)], abs=1e-4
+    )
+    for entry, best in zip(entries, ref.topk(2).values.tolist(), strict=True):
+        assert [t.logprob for t in entry.top_logprobs] == pytest.approx(best, abs=1e-4)
 
 
 def test_thinking_budget_needs_a_reasoning_parser(folder):

@@ -99,6 +99,7 @@ def test_starts_in_answer():
     assert R1.starts_in_answer("<|user|>hi<|assistant|><think>\n\n</think>\n\n")
     assert not R1.starts_in_answer("<|user|>hi<|assistant|><think>\n")
     assert not R1.starts_in_answer("a</think>b<think>\n")
+    assert R1.starts_in_answer("<think>a</think>b<think>\n\n</think>\n\n")  # the last block closed
     assert not R1.starts_in_answer(None)
     assert QWEN3.starts_in_answer("hi", {"enable_thinking": False})
     assert not QWEN3.starts_in_answer("hi", {"enable_thinking": True})

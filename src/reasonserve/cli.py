@@ -108,6 +108,9 @@ def _replay_parsers(sub) -> None:
     from reasonserve.adapters.cli import add_adapter_parser
 
     add_adapter_parser(sub)
+    from reasonserve.gateway.cli import add_gateway_parser
+
+    add_gateway_parser(sub)
     cal = sub.add_parser("calibrate", help="choose certainindex settings by cross-validation")
     _kind_parsers(cal.add_subparsers(dest="kind", required=True, metavar="KIND"), report=False)
 
@@ -342,6 +345,10 @@ def _run(args) -> int:
 
         args.data = data_root(args.data)
         return run_sim(args, sys.stdout)
+    if args.command == "gateway":
+        from reasonserve.gateway.cli import run_gateway
+
+        return run_gateway(args)
     if args.command == "adapter":
         from reasonserve.adapters.cli import run_adapter
 

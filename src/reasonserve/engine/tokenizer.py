@@ -167,10 +167,26 @@ class IncrementalDecoder:
             return ""
         done = self._tok.decode(self._ids[self._prefix : self._read])
         text = self._tok.decode(self._ids[self._prefix :])
+        end = len(self._ids)
         if not final and (len(text) <= len(done) or text.endswith(_REPLACEMENT)):
-            return ""
-        self._prefix, self._read = self._read, len(self._ids)
+            end = self._settled(done, text)
+            if end is None:
+                return ""
+            text = self._tok.decode(self._ids[self._prefix : end])
+        self._prefix, self._read = self._read, end
         return text[len(done) :]
+
+    def _settled(self, done: str, text: str) -> int | None:
+        """While ``text`` ends in U+FFFD: the largest id boundary (at most 4 back, UTF-8's
+        longest character) whose text is final — a prefix of ``text`` followed by more of
+        it, so its own last character, even a U+FFFD, can no longer change. Emitting it
+        keeps a run of bytes that never form a character (a model's lone continuation
+        bytes) from being held, and decoded again with each new id, without end."""
+        for end in range(len(self._ids) - 1, max(self._read, len(self._ids) - 4), -1):
+            head = self._tok.decode(self._ids[self._prefix : end])
+            if len(done) < len(head) < len(text) and text.startswith(head):
+                return end
+        return None
 
 
 def load_tokenizer(path: str | pathlib.Path, vocab_size: int) -> Tokenizer | None:

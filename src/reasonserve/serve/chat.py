@@ -8,18 +8,27 @@ passes them: text parts joined by newlines, ``name``/``tool_call_id``/``reasonin
 given, and each assistant ``tool_calls[].function.arguments`` parsed from JSON. Every
 failure — a template error, a missing template, bad arguments — is a 400 naming the
 parameter.
+
+A request's own template is untrusted work on the server's one planning thread: the
+Jinja sandbox keeps it from reaching Python objects, but not from looping (two nested
+``range(100000)`` loops would hold every client's requests for hours). It therefore
+renders under a budget of Python trace events, counted, never timed, and linear in the
+request (:func:`template_steps`): twice what a Qwen3-style template measures (about 100
+events per template character to compile, 400 per message to render; a loop iteration
+costs about 3). Past it the request is a 400.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+import sys
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from reasonserve.serve.errors import ApiError
 from reasonserve.serve.protocol import ChatMessage
 
-__all__ = ["render_chat"]
+__all__ = ["render_chat", "template_steps"]
 
 # Variables the server sets itself: a chat_template_kwargs key may not replace them.
 _RESERVED = {"messages", "tools", "documents", "add_generation_prompt", "continue_final_message",
@@ -66,14 +75,23 @@ def render_chat(
     reserved = sorted(_RESERVED & set(kwargs))
     if reserved:
         raise ApiError(400, f"chat_template_kwargs may not set {reserved}", param="chat_template_kwargs")
-    try:
+    conversation = [_message(m, i) for i, m in enumerate(messages)]
+
+    def render() -> str:
         return tokenizer.apply_chat_template(
-            [_message(m, i) for i, m in enumerate(messages)],
+            conversation,
             chat_template=template,
             add_generation_prompt=add_generation_prompt,
             continue_final_message=continue_final_message,
             **kwargs,
         )
+
+    steps = None if request_template is None else template_steps(request_template, len(messages))
+    try:
+        return render() if steps is None else _within_steps(render, steps)
+    except _OverBudget:
+        message = f"the chat template did more than {steps} steps of work on these messages"
+        raise ApiError(400, message, param="chat_template") from None
     except ApiError:
         raise
     except Exception as err:  # jinja2 TemplateError, ValueError, TypeError from the template
@@ -117,3 +135,31 @@ def _tool_call(call, where: str) -> dict:
         "type": call.type,
         "function": {"name": call.function.name, "arguments": arguments},
     }
+
+
+def template_steps(template: str, num_messages: int) -> int:
+    """Trace events a request's own ``template`` may cost on ``num_messages`` messages."""
+    return 1_000_000 + 200 * len(template) + 2_000 * num_messages
+
+
+class _OverBudget(BaseException):
+    """A BaseException, so that no ``except Exception`` inside the renderer swallows it."""
+
+
+def _within_steps(render: Callable[[], str], steps: int) -> str:
+    """``render()`` on this thread, raising :class:`_OverBudget` after ``steps`` trace events."""
+    left = steps
+
+    def trace(frame, event, arg):
+        nonlocal left
+        left -= 1
+        if left < 0:
+            raise _OverBudget  # Python also unsets the trace function here
+        return trace
+
+    previous = sys.gettrace()
+    sys.settrace(trace)
+    try:
+        return render()
+    finally:
+        sys.settrace(previous)

@@ -9,7 +9,7 @@ warps, stages) follow the number of rows, for speed.
 
 That a row's bits are also the same under every bucket's tiles is a property of the
 GPU's matrix instructions (the same per-``k16`` arithmetic whatever the tile): it is
-tested on the GPU (``tests/test_gpu.py::test_gemm_rows_same_bits_under_every_bucket``).
+tested on the GPU (``tests/test_gpu_kernels.py::test_gemm_rows_same_bits_under_every_bucket``).
 **If that test ever fails on a GPU, set** :data:`TILES_PER_M_BUCKET` **to ``False``**:
 every ``M`` then runs :data:`ONE_CONFIG`'s tiles (slower for small batches, invariant by
 construction). Tile choices never come from a per-process probe.
