@@ -28,7 +28,7 @@ LAYERS: list[set[str]] = [
     {"clients"},  # the EngineClient protocol over engine, simulator, HTTP
     {"programs"},  # reasoning programs on any client
     {"serve"},  # the OpenAI-compatible server
-    {"adapters"},  # vLLM, SGLang, Ray Serve
+    {"adapters", "gateway"},  # vLLM, SGLang, Ray Serve; the gateway in front of OpenAI-compatible servers
     {"demo", "engine_demo", "demos"},  # the demos
     {"cli"},  # the command line
     {"__main__"},  # python -m reasonserve
