@@ -40,6 +40,7 @@ def _parser() -> argparse.ArgumentParser:
     demo = sub.add_parser("demo", help="the embedded engine on a mixed workload, with a determinism proof")
     demo.add_argument("--seed", type=int, default=0, help="seed for weights and prompts")
     demo.add_argument("--json", metavar="PATH", help="also write the report as JSON")
+    _device_flags(demo)
     ops_demo = sub.add_parser("demo-ops", help="batch invariance with and without deterministic_mode()")
     ops_demo.add_argument("--batches", type=_at_least_one, default=6, help="random batches to try (>= 1)")
     ops_demo.add_argument("--seed", type=int, default=0, help="seed for weights and prompts")
@@ -78,7 +79,14 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--router", default=None, choices=["pascal", "pow2"],
                        help="replica router, with --replicas only (default pascal)")  # fmt: skip
     _serve_model_args(serve)
+    _device_flags(serve)
     return parser
+
+
+def _device_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--device", default="cpu", help="cpu | cuda | cuda:N (default cpu)")
+    p.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"],
+                   help="weights and activations (auto: float32 on CPU, bfloat16 on CUDA)")  # fmt: skip
 
 
 def _serve_model_args(serve) -> None:
@@ -160,6 +168,8 @@ def _refuse_idle_flags(args) -> None:
     given = {"--run": getattr(args, "run", None), "--runs": getattr(args, "runs", None)}
     if args.command == "serve" and args.router is not None and args.replicas is None:
         raise InvalidArgumentError("--router chooses among Ray Serve replicas: it needs --replicas N")
+    if args.command == "serve" and args.replicas is not None and (args.device, args.dtype) != ("cpu", "auto"):
+        raise InvalidArgumentError("--device/--dtype place one engine; --replicas (Ray Serve) run on CPU")
     if args.command not in ("replay", "calibrate"):
         return
     if given["--run"] and given["--runs"]:
@@ -297,7 +307,8 @@ def _serve(args) -> int:
         replicas = RayServeConfig(model=args.model, num_replicas=args.replicas, engine=engine_cfg,
                                   router=args.router or "pascal", serve=cfg)  # fmt: skip
         return run_local(replicas, host=args.host, port=args.port)
-    engine = Engine.from_pretrained(args.model, engine_cfg, tokenizer=tokenizer, policy=policy)
+    engine = Engine.from_pretrained(args.model, engine_cfg, tokenizer=tokenizer, policy=policy,
+                                    device=args.device, dtype=args.dtype)  # fmt: skip
     print(f"reasonserve serve: model {cfg.model_name!r} at http://{args.host}:{args.port}/v1", flush=True)
     return serve(engine, cfg, host=args.host, port=args.port)
 
@@ -330,7 +341,8 @@ def _run(args) -> int:
         from reasonserve.demos.engine import run_engine_demo
 
         with ProgressBar("demo", unit="runs") as bar:
-            return run_engine_demo(seed=args.seed, json_path=args.json, out=sys.stdout, progress=bar)
+            return run_engine_demo(seed=args.seed, json_path=args.json, out=sys.stdout, progress=bar,
+                                   device=args.device, dtype=args.dtype)  # fmt: skip
     if args.command == "demo-ops":
         from reasonserve.demos.ops import run_demo
 

@@ -23,7 +23,7 @@ from reasonserve.serve.metrics import ServerMetrics
 from reasonserve.serve.reasoning_parser import ReasoningStream, ReasoningTokenCounter
 from reasonserve.serve.runner import EngineRunner, Event
 from reasonserve.serve.sampling import Capacity, Job, Plan
-from reasonserve.serve.text import ChoiceText
+from reasonserve.engine.choice_text import ChoiceText
 
 __all__ = ["ChoiceDelta", "ChoiceState", "Generation"]
 
