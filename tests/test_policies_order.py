@@ -12,8 +12,8 @@ from reasonserve.core import Phase
 from reasonserve.core.column_store import ColumnStore
 from reasonserve.core.decisions import Admit, Preempt
 from reasonserve.core.policy import QUIET_FOREVER, quiet_without_waiting
-from reasonserve.policies import FCFSPolicy, RequestView, RoundRobinPolicy, SchedulerView, pascal
-from reasonserve.policies._order import waiting_ordered
+from reasonserve.policies import FCFSPolicy, RequestView, RoundRobinPolicy, SchedulerView
+from reasonserve.policies._order import ordered, waiting_ordered
 from reasonserve.policies._ranked import decide_ranked
 from reasonserve.policies.app_fifo import AppFIFOPolicy
 from reasonserve.policies.dynasor import DynasorPolicy, DynasorState
@@ -263,7 +263,7 @@ def test_queues_in_turn_order_with_ties_keep_id_order(view):
         by_id = sorted(view.waiting, key=lambda r: (getattr(r, field), r.request_id))
         assert list(waiting_ordered(hosted, field)) == list(waiting_ordered(view, field)) == by_id
     by_turn = sorted(view.running, key=lambda r: (r.enqueued_s, r.request_id))
-    assert pascal._by_enqueue(view.running) == by_turn
+    assert ordered(list(view.running), "enqueued_s") == by_turn
     for policy in (PascalPolicy(quantum=10, demote_threshold_tokens=60), PascalPolicy(quantum=5, mode=None)):
         ranked = sorted(view.running + view.waiting, key=lambda r: policy.rank_key(r, r.request_id[0] == "r"))
         expected = _decide_per_queue(view, ranked, policy.mode, policy.queue)

@@ -230,7 +230,8 @@ def _replay_report(args, progress: ProgressBar):
                 trajs, runs=[path], tolerance=tol, title="replay cot", headline=cot_rule,
                 headline_label="cot development setting", progress=progress)  # fmt: skip
         return report, probes.print_and_save
-    from reasonserve.replay import sc, search_runs
+    from reasonserve.recordings import search as search_runs
+    from reasonserve.replay import sc
 
     tol = 0.0 if args.tolerance is None else args.tolerance
     headline = sc.headline_rule(args.setting)
