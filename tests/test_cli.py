@@ -61,8 +61,6 @@ def test_every_command_has_a_test_that_runs_it():
         assert f"\ndef {name}(" in (pathlib.Path(__file__).parent / f"{module}.py").read_text(), where
 
 
-@pytest.mark.xfail(strict=True, reason="help for the adapter's ENGINE argument: adapters/ belongs to another "
-                   "branch (/work/coord/house-core.md); remove this mark when it merges")
 def test_every_flag_says_what_it_does():
     silent = [f"reasonserve {command} {'/'.join(action.option_strings) or action.dest}"
               for command, parser in {"": _parser(), **_commands(_parser())}.items()

@@ -11,12 +11,12 @@ from reasonserve.core.errors import InvalidArgumentError
 __all__ = ["add_gateway_parser", "gateway_config", "run_gateway"]
 
 _LIMITS = (
-    ("max-tokens-limit", int, 32768),
-    ("max-request-bytes", int, 1_000_000),
-    ("max-connections", int, 1024),
-    ("header-timeout-s", float, 10.0),
-    ("body-timeout-s", float, 30.0),
-    ("drain-timeout-s", float, 10.0),
+    ("max-tokens-limit", int, 32768, "largest max_tokens a request may ask for"),
+    ("max-request-bytes", int, 1_000_000, "largest request body; beyond: 413"),
+    ("max-connections", int, 1024, "requests served at once (/health exempt); beyond: 503"),
+    ("header-timeout-s", float, 10.0, "seconds to receive a request's headers"),
+    ("body-timeout-s", float, 30.0, "seconds to receive a request's body"),
+    ("drain-timeout-s", float, 10.0, "seconds running programs get to finish after SIGTERM"),
 )
 
 
@@ -57,7 +57,7 @@ def add_gateway_parser(sub) -> None:
     p.add_argument("--temperature", type=float, default=0.6, help="default sampling temperature")
     p.add_argument("--top-p", type=float, default=0.95, help="default top_p")
     p.add_argument("--host", default="127.0.0.1", help="bind address (default: loopback only)")
-    p.add_argument("--port", type=int, default=8100)
+    p.add_argument("--port", type=int, default=8100, help="port (default 8100)")
     p.add_argument(
         "--no-priorities",
         dest="priorities",
@@ -65,11 +65,13 @@ def add_gateway_parser(sub) -> None:
         help="send no priorities upstream (an upstream that does not schedule by priority)",
     )
     p.add_argument("--max-programs", type=int, default=256, help="programs in flight; beyond: 429")
-    p.add_argument("--program-timeout-s", type=float, default=3600.0)
-    p.add_argument("--upstream-timeout-s", type=float, default=600.0)
+    p.add_argument("--program-timeout-s", type=float, default=3600.0,
+                   help="seconds a program may run in all; then 504 (default 3600)")
+    p.add_argument("--upstream-timeout-s", type=float, default=600.0,
+                   help="seconds for one upstream reply or one silence in a stream; then 504 (default 600)")
     p.add_argument("--starvation-bound-s", type=float, default=60.0, help="escalate programs older than this")
-    for flag, kind, default in _LIMITS:
-        p.add_argument(f"--{flag}", type=kind, default=default)
+    for flag, kind, default, what in _LIMITS:
+        p.add_argument(f"--{flag}", type=kind, default=default, help=f"{what} (default {default})")
 
 
 def _json_flag(flag: str, text: str | None):
@@ -96,7 +98,7 @@ def gateway_config(args: argparse.Namespace):
     except ValidationError as err:
         raise InvalidArgumentError(f"--early-exit/--self-consistency: {err.errors()[0]['msg']}") from None
     limits = ServeConfig(
-        **{flag.replace("-", "_"): getattr(args, flag.replace("-", "_")) for flag, _, _ in _LIMITS}
+        **{flag.replace("-", "_"): getattr(args, flag.replace("-", "_")) for flag, *_ in _LIMITS}
     )
     return GatewayConfig(
         args.upstream,
