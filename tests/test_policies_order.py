@@ -80,6 +80,31 @@ def test_pascal_quiet_steps_equal_their_definition(view, pacer, params):
         assert policy.quiet_steps(alone) == _quiet_definition(policy, alone)
 
 
+@settings(max_examples=100, deadline=None)
+@given(st.lists(VIEWS, min_size=2, max_size=5), st.sampled_from([(10, 60), (5, 0)]))
+def test_pascal_asked_over_many_views_answers_as_a_fresh_policy(views, params):
+    """One policy asked of view after view (as a host does), some views sharing their
+    running or waiting tuple with the view before (the policy reads those once) and others
+    only equal to it, answers each as a policy that never saw another view."""
+    quantum, limit = params
+    shared = [views[0]]
+    for i, view in enumerate(views[1:]):
+        prev = shared[-1]
+        if i % 3 == 0:
+            view = dataclasses.replace(view, running=prev.running)  # same tuple, other waiting
+        elif i % 3 == 1:
+            view = dataclasses.replace(view, waiting=prev.waiting)
+        else:
+            view = dataclasses.replace(view, running=tuple(prev.running[:-1]), waiting=tuple(prev.waiting))
+        shared.append(view)
+    policy = PascalPolicy(quantum=quantum, demote_threshold_tokens=limit)
+    for view in shared:
+        fresh = PascalPolicy(quantum=quantum, demote_threshold_tokens=limit)
+        assert policy.quiet_steps(view) == fresh.quiet_steps(view)
+        assert list(policy.decide(view)) == list(fresh.decide(view))
+        assert policy.quiet_steps(view) == fresh.quiet_steps(view)
+
+
 @pytest.mark.parametrize("n_running", [2, 6])
 def test_pascal_fill_shortcuts_hold_with_negative_costs(n_running):
     """A negative cost (a broken host value) lets a run of running requests fit together

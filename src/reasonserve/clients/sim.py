@@ -14,7 +14,10 @@ Tokens are synthetic: the token at position ``p`` is drawn from (client seed, re
 seed, ``p``); an eos (``eos_token_id``) is drawn with ``eos_probability`` per token.
 Text is the tokens' bytes (ids < 256). Probes answer ``probe_answer(position) + "}"``
 when ``probe_answer`` is given (a scripted answer curve, e.g. "settles on 42 after 900
-tokens"), else synthetic text. A prefix cache of full ``block_size`` blocks (chained
+tokens"), else synthetic text. ``outputs(request)`` (optional) scripts each generation
+instead: ``(tokens, text)``, its length (capped at ``max_tokens``; shorter ends with
+"stop") and the text it returns when it finishes (e.g. a recorded sample's length and
+answer); an aborted one returns no text. A prefix cache of full ``block_size`` blocks (chained
 hashes, as the engine's) decides how many prompt tokens a request computes; finished
 requests leave their blocks in it. Results report ``elapsed_s`` in virtual seconds.
 """
@@ -50,19 +53,22 @@ class _Req:
     cached: int
     start_s: float
     done: asyncio.Future
-    probe_text: str | None = None
+    text: str | None = None  # scripted: a probe's answer, or ``outputs``' text
 
 
 class SimClient:
     def __init__(self, cost_model: RooflineCostModel, *, block_size: int = 16, vocab_size: int = 256,
                  eos_token_id: int | None = None, eos_probability: float = 0.0,
-                 probe_answer: Callable[[int], str] | None = None, seed: int = 0) -> None:  # fmt: skip
+                 probe_answer: Callable[[int], str] | None = None, seed: int = 0,
+                 outputs: Callable[[GenerateRequest], tuple[int, str]] | None = None) -> None:  # fmt: skip
         if not isinstance(cost_model, RooflineCostModel):
             raise InvalidArgumentError("cost_model must be a RooflineCostModel")
         _check_config(block_size, vocab_size, eos_token_id, eos_probability, seed)
         self.cost_model, self.block_size, self.vocab_size = cost_model, block_size, vocab_size
         self.eos_token_id, self.eos_probability = eos_token_id, eos_probability
-        self.probe_answer, self.seed = probe_answer, seed
+        self.probe_answer, self.seed, self.outputs = probe_answer, seed, outputs
+        if outputs is not None and not callable(outputs):
+            raise InvalidArgumentError(f"outputs must be callable or None, got {outputs!r}")
         self.now_s = 0.0
         self.num_steps = 0
         self._cache: set[int] = set()
@@ -82,16 +88,21 @@ class SimClient:
     async def generate(self, req: GenerateRequest) -> GenerateResult:
         return await self._submit(req, None)
 
-    async def _submit(self, req: GenerateRequest, probe_text: str | None) -> GenerateResult:
+    async def _submit(self, req: GenerateRequest, text: str | None) -> GenerateResult:
         prompt = list(req.prompt.encode()) if isinstance(req.prompt, str) else list(req.prompt)
         rid = req.request_id or f"sim-{uuid.uuid4().hex}"
         if rid in self._live:
             raise InvalidArgumentError(f"request id {rid!r} is already live on this client")
         seed = req.seed if req.seed is not None else random.Random(rid).getrandbits(63)
-        output, reason = self._tokens(len(prompt), seed, req.max_tokens)
+        if text is None and self.outputs is not None:  # a generation the caller scripts
+            length, text = self._scripted(req)
+            output, reason = self._tokens(len(prompt), seed, length, eos=False)
+            reason = "length" if length == req.max_tokens else "stop"
+        else:
+            output, reason = self._tokens(len(prompt), seed, req.max_tokens)
         cached = self._cached_prefix(prompt)
         live = _Req(prompt, output, reason, cached, self.now_s, asyncio.get_running_loop().create_future(),
-                    probe_text)  # fmt: skip
+                    text)  # fmt: skip
         self._live[rid] = live
         self._instance.add(SimRequest(rid, self.now_s, len(prompt), 0, len(output), cached_tokens=cached),
                            self.now_s)  # fmt: skip
@@ -104,12 +115,22 @@ class SimClient:
             if rid in self._instance.by_id:
                 self._instance.stop(rid, "abort", self.now_s)
 
-    def _tokens(self, prompt_len: int, seed: int, max_tokens: int) -> tuple[list[int], str]:
-        """The request's tokens, up to and including an eos or ``max_tokens`` of them."""
+    def _scripted(self, req: GenerateRequest) -> tuple[int, str]:
+        """``outputs(req)``, checked: (tokens, capped at ``max_tokens``; text)."""
+        got = self.outputs(req)  # type: ignore[misc]
+        ok = isinstance(got, tuple) and len(got) == 2 and isinstance(got[1], str)
+        if not ok or isinstance(got[0], bool) or not isinstance(got[0], int) or got[0] < 1:
+            raise InvalidArgumentError(f"outputs(request) must return (tokens >= 1, text), got {got!r}")
+        return min(got[0], req.max_tokens), got[1]
+
+    def _tokens(self, prompt_len: int, seed: int, max_tokens: int, *,
+                eos: bool = True) -> tuple[list[int], str]:  # fmt: skip
+        """The request's tokens, up to and including an eos (``eos``: drawn) or
+        ``max_tokens`` of them."""
         out: list[int] = []
         while len(out) < max_tokens:
             rng = random.Random(hash((self.seed, seed, prompt_len + len(out))))
-            if self.eos_token_id is not None and rng.random() < self.eos_probability:
+            if eos and self.eos_token_id is not None and rng.random() < self.eos_probability:
                 out.append(self.eos_token_id)
                 return out, "stop"
             out.append(rng.randrange(self.vocab_size))
@@ -162,13 +183,17 @@ class SimClient:
             live = self._live.get(seq.request_id)
             if live is not None and not live.done.done():
                 self._register(live.prompt + live.output[:-1])
-                live.done.set_result(self._result(seq.request_id, live, seq.num_output, live.finish_reason))
+                ran_out = seq.finish_reason == "length"  # else a policy ended it
+                reason = live.finish_reason if ran_out else seq.finish_reason
+                live.done.set_result(self._result(seq.request_id, live, seq.num_output, reason))
         self._reported = len(finished)
 
     def _result(self, rid: str, r: _Req, num_output: int, reason: str) -> GenerateResult:
         tokens = r.output[:num_output]
-        text = r.probe_text if r.probe_text is not None else bytes(t for t in tokens if t < 256).decode(
-            "utf-8", "replace")  # fmt: skip
+        if r.text is not None:
+            text = r.text if reason != "abort" else ""
+        else:
+            text = bytes(t for t in tokens if t < 256).decode("utf-8", "replace")
         return GenerateResult(rid, text, tuple(tokens), reason, tuple(r.prompt), len(r.prompt), r.cached,
                               self.now_s - r.start_s)  # fmt: skip
 

@@ -22,6 +22,7 @@ from reasonserve.core.views import RequestView
 
 __all__ = ["InstanceLoad", "LeastKVRouter", "PascalRouter", "Router"]
 
+_INT_ONLY = frozenset({int})
 _COUNTS = ("kv_blocks_footprint", "num_reasoning", "num_fresh_answering", "free_kv_blocks")
 
 
@@ -39,6 +40,8 @@ class InstanceLoad:
             kind = type(self.instance_id).__name__
             raise InvalidTypeError(f"InstanceLoad.instance_id must be a str, got {kind}")
         counts = (self.kv_blocks_footprint, self.num_reasoning, self.num_fresh_answering, self.free_kv_blocks)
+        if _INT_ONLY.issuperset(map(type, counts)) and min(counts) >= 0:  # built per instance per event
+            return
         for name, value in zip(_COUNTS, counts, strict=True):
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:
                 raise InvalidArgumentError(f"InstanceLoad.{name} must be an int >= 0, got {value!r}")

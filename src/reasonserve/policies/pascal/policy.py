@@ -34,7 +34,7 @@ Pure: the ranking is a function of the view. The token pacer and QoE live in
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from itertools import compress
 from operator import attrgetter
 from typing import ClassVar
@@ -69,6 +69,16 @@ def _paced(r: RequestView) -> tuple:
     return (until if is_paced else _NO_PACE, r.enqueued_s, r.request_id)
 
 
+@dataclass(slots=True)
+class _LastView:
+    """What a policy read of the last view it was given, each entry with the tuple it was
+    read from (compared by identity; a pair, so a reader sees a key and its value together).
+    Only a cache: the answers are the same without it."""
+
+    running: tuple[Sequence[RequestView], list[tuple[int, int]]] | None = None
+    waiting: tuple[Sequence[RequestView], tuple[bool, bool]] | None = None
+
+
 @dataclass(frozen=True, slots=True)
 class PascalPolicy:
     quantum: int = 500  # tokens, for each queue (paper §V-A)
@@ -76,6 +86,7 @@ class PascalPolicy:
     mode: str | None = "swap"
     name: str = "pascal"
     starving_first: TokenPacer | None = None  # beyond the paper: resume starving readers first
+    _seen: _LastView = field(default_factory=lambda: _LastView(), init=False, repr=False, compare=False)
     # nothing waiting and every running request fits (block counts >= 0, as hosts build them):
     # the ranking orders only requests that all keep their seats
     quiet_without_waiting: ClassVar[bool] = True  # see reasonserve.core.policy
@@ -133,9 +144,8 @@ class PascalPolicy:
         """The running requests of the high queue (within their quantum, expired) and of the
         low queue (within, expired); the high ones by turn."""
         parts: tuple[list, list, list, list] = ([], [], [], [])
-        limit, quantum = self.demote_threshold_tokens, self.quantum
-        for r in running:
-            queue, used = place(r, limit)
+        quantum = self.quantum
+        for r, (queue, used) in zip(running, self._placed(running), strict=True):
             parts[2 * queue + (used >= quantum)].append(r)
         fresh_hi, expired_hi, fresh_lo, expired_lo = parts
         return ordered(fresh_hi, "enqueued_s"), ordered(expired_hi, "enqueued_s"), fresh_lo, expired_lo
@@ -178,16 +188,43 @@ class PascalPolicy:
         ):
             return 1
         steps, fresh = QUIET_FOREVER, [QUIET_FOREVER, QUIET_FOREVER]  # per queue: the first quantum to expire
-        for r in view.running:
-            queue, used = place(r, limit)
+        for r, (queue, used) in zip(view.running, self._placed(view.running), strict=True):
             if used < self.quantum:
                 fresh[queue] = min(fresh[queue], self.quantum - used)
             if queue == HIGH:  # demoted once its sequence passes the threshold
                 steps = min(steps, limit + 1 - r.num_prompt_tokens - r.num_output_tokens)
+        waits = self._waits(view.waiting)
         for queue in (HIGH, LOW):  # an expiry matters only with requests of its queue waiting
-            if fresh[queue] < steps and _waits(view.waiting, limit, queue):
+            if fresh[queue] < steps and waits[queue]:
                 steps = fresh[queue]
         return max(1, steps)
+
+    def _placed(self, running: Sequence[RequestView]) -> list[tuple[int, int]]:
+        """:func:`place` of each running request (read once per view: ``decide`` and then
+        ``quiet_steps`` ask it of the same view)."""
+        seen = self._seen.running
+        if seen is not None and seen[0] is running:
+            return seen[1]
+        limit = self.demote_threshold_tokens
+        placed = [place(r, limit) for r in running]
+        self._seen.running = (running, placed)
+        return placed
+
+    def _waits(self, waiting: Sequence[RequestView]) -> tuple[bool, bool]:
+        """Whether some waiting request is in the high queue, in the low queue (read once
+        per waiting tuple: a host keeps it while its queue holds)."""
+        seen = self._seen.waiting
+        if seen is not None and seen[0] is waiting:
+            return seen[1]
+        limit, found = self.demote_threshold_tokens, [False, False]
+        for r in waiting:
+            low = in_low_queue(r.phase is _ANSWERING, r.num_prompt_tokens + r.num_output_tokens, limit)
+            found[low] = True
+            if found[HIGH] and found[LOW]:
+                break
+        waits = (found[HIGH], found[LOW])
+        self._seen.waiting = (waiting, waits)
+        return waits
 
 
 def _of_queue(turn: Iterable[RequestView], limit: int, low: bool) -> Iterator[RequestView]:
@@ -197,11 +234,3 @@ def _of_queue(turn: Iterable[RequestView], limit: int, low: bool) -> Iterator[Re
         if in_low_queue(r.phase is answering, r.num_prompt_tokens + r.num_output_tokens, limit) == low:
             yield r
 
-
-def _waits(waiting: Iterable[RequestView], limit: int, queue: int) -> bool:
-    """Whether some waiting request is in ``queue`` (stops at the first)."""
-    low = queue == LOW
-    return any(
-        in_low_queue(r.phase is _ANSWERING, r.num_prompt_tokens + r.num_output_tokens, limit) == low
-        for r in waiting
-    )

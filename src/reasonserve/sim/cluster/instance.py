@@ -101,17 +101,31 @@ class SimInstance:
     # views -----------------------------------------------------------------------------
     def request_view(self, s: SimSequence) -> RequestView:
         """``s`` (waiting or running) as the policy sees it."""
-        out, prompt, reasoning, times = s.num_output, s.prompt_tokens, s.reasoning_tokens, s.answer_times
-        phase = _PREFILL if out == 0 else _REASONING if out < reasoning else _ANSWERING
-        if s.status == "running":
-            need, quantum = -(-(prompt + out) // self.block_size) - s.num_blocks, s.quantum_used
-        else:
-            need, quantum = -(-(s.num_computed if s.swapped else prompt + out) // self.block_size), 0
-        return RequestView(
-            s.request_id, s.arrival_s, phase, prompt, s.num_computed, out, 0, s.num_blocks,
-            need if need > 0 else 0, s.enqueued_s, quantum, reasoning + s.answer_tokens, s.program_id,
-            s.prefix_hashes, False, s.swapped, len(times), self.paced_until(s) if times else None,
-        )  # fmt: skip
+        return self.request_views((s,))[0]
+
+    def request_views(self, seqs: Sequence[SimSequence]) -> tuple[RequestView, ...]:
+        """:meth:`request_view` of each of ``seqs``, in one loop (a host builds one per
+        running request per step)."""
+        size, paced_until, views = self.block_size, self.paced_until, []
+        for s in seqs:
+            out, prompt, reasoning, times = s.num_output, s.prompt_tokens, s.reasoning_tokens, s.answer_times
+            phase = _PREFILL if out == 0 else _REASONING if out < reasoning else _ANSWERING
+            if s.status == "running":
+                need, quantum = -(-(prompt + out) // size) - s.num_blocks, s.quantum_used
+            else:
+                need, quantum = -(-(s.num_computed if s.swapped else prompt + out) // size), 0
+            if not times:
+                until = None
+            elif len(times) == s.paced_tokens:  # the pacer's fold is up to date
+                until = s.paced_s
+            else:
+                until = paced_until(s)
+            views.append(RequestView(
+                s.request_id, s.arrival_s, phase, prompt, s.num_computed, out, 0, s.num_blocks,
+                need if need > 0 else 0, s.enqueued_s, quantum, reasoning + s.answer_tokens, s.program_id,
+                s.prefix_hashes, False, s.swapped, len(times), until,
+            ))  # fmt: skip
+        return tuple(views)
 
     def paced_until(self, s: SimSequence) -> float | None:
         """When the pacer has released ``s``'s answer tokens so far, carried forward on ``s``
@@ -165,7 +179,7 @@ class SimInstance:
         c, waiting = self.config, self._waiting_tuple
         if waiting is None:
             waiting = self._waiting_tuple = tuple(map(self._waiting_view, self.waiting))
-        running = tuple(map(self.request_view, self.running))
+        running = self.request_views(self.running)
         return SchedulerView(
             now_s, waiting, running, self.free_blocks, c.block_size, c.max_num_seqs, self.total_blocks,
             c.max_num_batched_tokens, self.steps, instance_id=self.instance_id,

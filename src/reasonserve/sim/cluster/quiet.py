@@ -55,6 +55,8 @@ def start_quiet(inst: SimInstance, view: SchedulerView | None, work: Work, now_s
         if left <= 0:
             left += s.answer_tokens
         to_event = left if left < to_event else to_event
+    if to_event < 2:  # an event at the next step: nothing to skip, whatever the policy says
+        return None
     limit = min(QUIET_FOREVER if view is None else quiet_steps(inst.policy, view), to_event)
     if limit > 1:
         limit = _fitting_iterations(work, limit, c.block_size, inst.free_blocks)
