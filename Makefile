@@ -9,10 +9,6 @@ PYTEST_ARGS ?=
 # The native kernels build against the venv's torch: no build isolation (an isolated
 # build would fetch another torch). setup.py still installs when the build fails.
 NATIVE_SRC := setup.py $(wildcard src/reasonserve/_csrc/*)
-# The simulator's per-step modules, compiled with mypyc (optional: the sources run otherwise);
-# rebuilt when they or the modules they import from change (reasonserve/native.py, dependencies()).
-SIM_SRC := scripts/compile_sim.py src/reasonserve/native.py \
-	$(wildcard src/reasonserve/sim/*.py src/reasonserve/core/*.py src/reasonserve/policies/*.py)
 EDITABLE := --no-build-isolation -e
 
 .PHONY: demo test test-fast test-adapters lint typecheck docs bench clean
@@ -37,12 +33,7 @@ $(VENV)/.docs: $(VENV)/.dev
 demo: $(VENV)/.base
 	$(PY) -m reasonserve demo
 
-# mypyc comes with the dev extras (mypy); the build says why when it cannot compile.
-$(VENV)/.simc: $(VENV)/.dev $(SIM_SRC)
-	$(PY) scripts/compile_sim.py
-	touch $@
-
-test: $(VENV)/.dev $(VENV)/.simc
+test: $(VENV)/.dev
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 # While iterating: the suite without the tests marked slow (make test and CI run them all).
@@ -72,7 +63,7 @@ typecheck: $(VENV)/.dev
 docs: $(VENV)/.docs
 	$(VENV)/bin/mkdocs build --strict
 
-bench: $(VENV)/.dev $(VENV)/.simc
+bench: $(VENV)/.dev
 	$(PY) benchmarks/ops.py
 
 clean:

@@ -19,7 +19,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 import policies
 from reasonserve.policies.pacer import TokenPacer
 from reasonserve.sim import load_lengths, poisson_workload, simulate, summarize
-from reasonserve.sim.instance import SimInstance
+from reasonserve.sim.cluster.instance import SimInstance
 
 
 def _quantiles(values: list[float]) -> str:

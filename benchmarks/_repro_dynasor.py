@@ -5,13 +5,13 @@ and App. F.3, and the recordings):
 
 * hardware and model: one A100-80G at 70% memory utilization (paper App. F.3, "tuned
   for stable performance with 70% memory utilization"); the paper's Llama-3.1-8B has no
-  preset in ``reasonserve.sim.model_spec``, so the closest one, ``qwen3-8b`` (8.19B
+  preset in ``reasonserve.cost.model_spec``, so the closest one, ``qwen3-8b`` (8.19B
   vs 8.03B parameters, 144 vs 128 KiB of KV per token), stands in. Engine defaults:
   256 sequences, 8192 batched tokens, 16-token blocks; recompute preemption (SGLang
   retracts requests).
 * programs: SC on MATH from ``sc_samples/qwen25math_math_cot_100_8samples_rm.jsonl``
   (100 MATH questions x 8 recorded CoT samples; lengths from words, see
-  :mod:`reasonserve.sim.program_workload`). Cap 8 samples (what is recorded; the
+  :mod:`reasonserve.sim.programs.workload`). Cap 8 samples (what is recorded; the
   paper's cap is 20). Certainindex: semantic entropy, threshold 0.7 at detect@5 (paper
   Table 1, SC/MATH), two rounds (5 samples, then the other 3 unless certain).
 * deadline = SLO scale x difficulty factor (1/2/3 from the recorded samples) x 240 s.
@@ -41,9 +41,9 @@ from reasonserve.policies.app_fifo import AppFIFOPolicy
 from reasonserve.policies.dynasor import DynasorPolicy
 from reasonserve.policies.lpm import LPMPolicy
 from reasonserve.sim import SimConfig, simulate
-from reasonserve.sim.program_metrics import program_summary, required_scales
-from reasonserve.sim.program_workload import load_sc_records, sc_program_workload
-from reasonserve.sim.programs import ProgramPlan, ProgramRuntime, WithPrograms
+from reasonserve.sim.programs.metrics import program_summary, required_scales
+from reasonserve.sim.programs.runtime import ProgramPlan, ProgramRuntime, WithPrograms
+from reasonserve.sim.programs.workload import load_sc_records, sc_program_workload
 
 __all__ = ["markdown", "plot", "run"]
 

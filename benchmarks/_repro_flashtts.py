@@ -7,7 +7,7 @@ FlashTTS artifact's configs as described by a third-party analysis, and the data
 
 * GPU: RTX 4090 24 GB (the sim's datasheet preset); the paper's three generator+verifier
   pairs with its memory fractions: 1.5B+1.5B at 40%, 1.5B+7B and 7B+1.5B at 90%
-  (:data:`reasonserve.sim.beam_models.BEAM_SETTINGS`), and the paper's Fig. 17 memory
+  (:data:`reasonserve.sim.beam.models.BEAM_SETTINGS`), and the paper's Fig. 17 memory
   point: 1.5B+1.5B with 1.5 GB of KV.
 * Baseline KV split: two vLLM instances, each its ``gpu_memory_utilization`` minus its
   weights: 0.19 / 0.71 for 1.5B+7B (the artifact's baseline), ``M`` split evenly where no
@@ -20,12 +20,12 @@ FlashTTS artifact's configs as described by a third-party analysis, and the data
   at n <= 32, 10 at n = 128 and 3 at n = 512 (CPU time on a loaded 2-core box); every
   latency is checked to end before the next problem starts.
 * Steps and PRM scores: the recorded search-and-learn beam search of Llama-3.1-8B on
-  MATH-500 (``prm_beams``), tokens counted with :func:`reasonserve.sim.beam_search.count_tokens`.
+  MATH-500 (``prm_beams``), tokens counted with :func:`reasonserve.sim.beam.count_tokens`.
 * Second workload (``--workload longcot``, results ``flashtts_longcot*``, fixed before it
   ran): the Qwen3-8B long-CoT texts of AIME24 (24) and AMC23 (32) in
   ``reasoning_traces/qwen3-8b_fulltext_dev_split.jsonl.gz``, steps cut at blank lines (the
   first 40 of each text), tokens by the same rule, step scores seeded uniform draws (score
-  seed 0; :mod:`reasonserve.sim.beam_longcot`); everything else as above.
+  seed 0; :mod:`reasonserve.sim.beam.longcot`); everything else as above.
 * SelectSpec truncation R = 0.85 (the paper's best, Fig. 16), sigma 0.1; roofline
   efficiencies and the 2 ms step overhead are the simulator's constants.
 * Configurations: the baseline, each optimisation alone, the paper's cumulative ablation
@@ -55,11 +55,9 @@ from reasonserve.policies.flashtts import (
     SelectSpec,
     TwoPhaseSpeculation,
 )
-from reasonserve.policies.flashtts_control import SpeculationState
+from reasonserve.policies.flashtts.control import SpeculationState
 from reasonserve.policies.lpm import LPMPolicy
-from reasonserve.sim.beam_config import ROOFLINE_PLANS
-from reasonserve.sim.beam_longcot import load_longcot_pool
-from reasonserve.sim.beam_search import (
+from reasonserve.sim.beam import (
     BEAM_SETTINGS,
     BeamSearchSpec,
     BeamServeConfig,
@@ -68,9 +66,11 @@ from reasonserve.sim.beam_search import (
     one_at_a_time_requests,
     simulate_beam_search,
 )
-from reasonserve.sim.beam_spec import copy_index
-from reasonserve.sim.beam_tree import SearchTree, context_share
-from reasonserve.sim.beam_workload import ONE_AT_A_TIME_GAP_S, BeamRequest
+from reasonserve.sim.beam.config import ROOFLINE_PLANS
+from reasonserve.sim.beam.longcot import load_longcot_pool
+from reasonserve.sim.beam.spec import copy_index
+from reasonserve.sim.beam.tree import SearchTree, context_share
+from reasonserve.sim.beam.workload import ONE_AT_A_TIME_GAP_S, BeamRequest
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 CONFIGS = {

@@ -1,6 +1,8 @@
 """Engine throughput vs ``transformers`` ``generate``, DVR rollback cost, scheduler overhead.
 
-Usage: ``python benchmarks/engine.py [--repeats 3] [--batches 1 8 32 64] [--threads 1] [--quick]``.
+Usage: ``python benchmarks/engine.py [--repeats 3] [--batches 1 8 32 64] [--threads 1]
+[--device cpu|cuda] [--dtype auto|float32|bfloat16|float16]`` (on a GPU, ``benchmarks/gpu.py``
+is the full comparison at model-sized shapes).
 
 One random Qwen2-style checkpoint (vocab 4096, hidden 512, intermediate 1024, 4 layers,
 GQA 8/2), prompts of 64 random tokens, 64 greedy tokens each (``ignore_eos``). In one
@@ -82,7 +84,7 @@ def run_engine(model, config, batch_prompts, params, fault=None) -> tuple[float,
 
 
 def run_hf(hf, batch_prompts) -> float:
-    ids = torch.tensor(batch_prompts)
+    ids = torch.tensor(batch_prompts, device=hf.device)
     start = time.perf_counter()
     with torch.no_grad():
         out = hf.generate(
@@ -93,6 +95,7 @@ def run_hf(hf, batch_prompts) -> float:
             do_sample=False,
             pad_token_id=0,
         )
+    out = out.cpu()  # the tokens on the host, as the engine returns them
     elapsed = time.perf_counter() - start
     assert out.shape[1] == PROMPT + NEW
     return elapsed
@@ -183,7 +186,7 @@ def dvr_sweep(model, repeats, batch=32) -> list[dict]:
     return rows
 
 
-def scheduler_overhead(running=256, steps=20) -> dict:
+def scheduler_overhead(running=256, steps=20, device="cpu") -> dict:
     path = make_tiny_checkpoint(
         tempfile.mkdtemp(),
         vocab_size=256,
@@ -193,7 +196,7 @@ def scheduler_overhead(running=256, steps=20) -> dict:
         num_attention_heads=2,
         num_key_value_heads=1,
     )
-    model = DecoderModel.from_pretrained(path)
+    model = DecoderModel.from_pretrained(path, device=device)
     engine = Engine(
         model,
         EngineConfig(
@@ -297,21 +300,25 @@ def main() -> None:
     parser.add_argument("--batches", type=int, nargs="+", default=[1, 8, 32, 64])
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--skip", nargs="*", default=[], choices=["throughput", "dvr", "scheduler"])
+    parser.add_argument("--device", default="cpu", help="cpu | cuda | cuda:N")
+    parser.add_argument("--dtype", default="auto", help="auto: float32 on CPU, bfloat16 on CUDA")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     import transformers
 
     path = checkpoint()
-    model = DecoderModel.from_pretrained(path)
+    model = DecoderModel.from_pretrained(path, device=args.device, dtype=args.dtype)
     hf = transformers.AutoModelForCausalLM.from_pretrained(
-        path, dtype=torch.float32, attn_implementation="eager"
-    )
+        path, dtype=model.dtype, attn_implementation="eager" if args.device == "cpu" else "sdpa"
+    ).to(model.device)
     hf.eval()
-    meta = machine("cpu") | {"transformers": transformers.__version__, "repeats": args.repeats}
+    meta = machine(str(model.device)) | {"transformers": transformers.__version__, "repeats": args.repeats,
+                                         "dtype": str(model.dtype)}  # fmt: skip
     print(meta, flush=True)
     rows = [] if "throughput" in args.skip else throughput(model, hf, args.batches, args.repeats)
     sweep = [] if "dvr" in args.skip else dvr_sweep(model, args.repeats)
-    overhead = {"total_ms": float("nan")} if "scheduler" in args.skip else scheduler_overhead()
+    skip_overhead = "scheduler" in args.skip
+    overhead = {"total_ms": float("nan")} if skip_overhead else scheduler_overhead(device=args.device)
     met = targets(rows, sweep, overhead)
     print("targets:", ", ".join(f"{k} {'met' if v else 'NOT met'}" for k, v in met.items()))
     RESULTS.mkdir(parents=True, exist_ok=True)

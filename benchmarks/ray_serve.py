@@ -12,7 +12,7 @@ adaptive migration), ``pascal-nomigrate`` (Algorithm 1 only, PASCAL's NoMigratio
 ablation) or ``pow2`` (Ray Serve's default; the answering phase stays).
 
 The simulator gets the same requests, 3 instances with the replicas' KV capacity and a
-step-time profile fitted from this machine's engine (``reasonserve.sim.profile``); its
+step-time profile fitted from this machine's engine (``reasonserve.cost.profile``); its
 "pow2" is two random instances, the smaller KV footprint (its loads carry no queue
 length). Both run on the same machine, loaded by other work: compare rows of one run.
 
@@ -37,15 +37,15 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 import torch
 
 from _harness import RESULTS, machine
+from reasonserve.cost.engine_steps import measure_engine_steps
+from reasonserve.cost.profile import fit_profile
 from reasonserve.engine import Engine, EngineConfig, SamplingParams, make_tiny_checkpoint
 from reasonserve.policies.pacer import TokenPacer
 from reasonserve.policies.pascal import PascalPolicy
 from reasonserve.policies.router import PascalRouter
 from reasonserve.sim import SimConfig, load_lengths, poisson_workload, simulate, summarize
-from reasonserve.sim.engine_profile import measure_engine_steps
 from reasonserve.sim.metrics import percentile
-from reasonserve.sim.profile import fit_profile
-from reasonserve.sim.workload import LengthTable
+from reasonserve.sim.workloads.requests import LengthTable
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 EOT = 255  # the tiny checkpoint's last token id plays </think>

@@ -30,11 +30,11 @@ import torch
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 
 from _harness import RESULTS, machine
+from reasonserve.cost.engine_steps import measure_engine_steps
+from reasonserve.cost.profile import fit_profile, save_profile
 from reasonserve.engine import Engine, EngineConfig, SamplingParams, make_tiny_checkpoint
 from reasonserve.policies import FCFSPolicy
 from reasonserve.sim import SimConfig, SimRequest, simulate
-from reasonserve.sim.engine_profile import measure_engine_steps
-from reasonserve.sim.profile import fit_profile, save_profile
 
 ENGINE = EngineConfig(block_size=16, num_blocks=256, max_num_seqs=16, max_num_batched_tokens=256,
                       policy="fcfs")  # fmt: skip

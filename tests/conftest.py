@@ -17,10 +17,6 @@ from hypothesis import HealthCheck, settings
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
-# The suite runs the Python sources of the compiled set (some tests patch its internals);
-# tests/test_sim_compiled.py runs the simulator and policy tests again on the compiled modules.
-os.environ.setdefault("REASONSERVE_PURE_PYTHON", "1")
-
 settings.register_profile(
     "default",
     deadline=None,
@@ -30,26 +26,10 @@ settings.register_profile(
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 
 
-def pytest_report_header(config):
-    from reasonserve import native
-    from reasonserve.sim import simulator  # noqa: F401  (imports the set)
-
-    return f"reasonserve compiled set: {'compiled' if native.compiled() else 'sources'}"
-
-
 def pytest_collection_modifyitems(config, items):
-    """Tests marked ``gpu`` skip cleanly, with a reason, where there is no CUDA; tests marked
-    ``sources_only`` where the compiled set runs (REASONSERVE_PURE_PYTHON=0)."""
+    """Tests marked ``gpu`` skip cleanly, with a reason, where there is no CUDA."""
     import pytest
 
-    from reasonserve import native
-    from reasonserve.sim import simulator  # noqa: F401  (imports the set)
-
-    if native.compiled():
-        skip_compiled = pytest.mark.skip(reason="patches internals of the compiled set: runs on its sources only")
-        for item in items:
-            if "sources_only" in item.keywords:
-                item.add_marker(skip_compiled)
     if torch.cuda.is_available():
         return
     skip = pytest.mark.skip(reason="needs a CUDA device; this machine has none")

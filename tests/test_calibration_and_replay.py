@@ -236,7 +236,7 @@ def test_cot_text_probing_reads_complete_answers_only(tmp_path):
 
 
 def test_prm_and_mcts_loaders(tmp_path):
-    from reasonserve.replay import search_runs
+    from reasonserve.recordings import search as search_runs
 
     beams = tmp_path / "b.jsonl"
     rows = [{"answer": str(i), "completions": [f"\\boxed{{{i}}}", f"\\boxed{{{i + 1}}}", "no answer"],

@@ -39,6 +39,7 @@ TESTED = {
     "sim": "test_cli::test_sim_runs_from_any_folder_with_the_data_in_the_environment",
     "adapter": "test_adapter_cli::test_vllm_phase_aware_flags_carry_the_validated_settings",
     "serve": "test_serve_supervision::test_sigterm_drains_and_exits_zero_in_bounded_time",
+    "gateway": "test_gateway_live::test_the_gateway_command_serves_until_sigterm",
 }
 
 
@@ -60,8 +61,6 @@ def test_every_command_has_a_test_that_runs_it():
         assert f"\ndef {name}(" in (pathlib.Path(__file__).parent / f"{module}.py").read_text(), where
 
 
-@pytest.mark.xfail(strict=True, reason="help for sim's --seed/--hardware/--model/--instances/--preemption/--policy "
-                   "and adapter's ENGINE: their files belong to other branches (/work/coord/house-edges.md)")
 def test_every_flag_says_what_it_does():
     silent = [f"reasonserve {command} {'/'.join(action.option_strings) or action.dest}"
               for command, parser in {"": _parser(), **_commands(_parser())}.items()

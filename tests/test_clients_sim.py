@@ -6,11 +6,12 @@ import asyncio
 
 import pytest
 
+from reasonserve.certainindex.allocation import ThresholdPolicy
 from reasonserve.certainindex.stopping import AgreeSpanRule
 from reasonserve.clients import GenerateRequest, UnsupportedError
 from reasonserve.clients.sim import SimClient
 from reasonserve.core.errors import InvalidArgumentError
-from reasonserve.programs import CoTWithProbe, Rebase
+from reasonserve.programs import CoTWithProbe, Rebase, SelfConsistency
 from reasonserve.sim import HARDWARE, MODELS, RooflineCostModel
 
 COST = RooflineCostModel(HARDWARE["h100"], MODELS["qwen3-8b"])
@@ -85,8 +86,63 @@ def test_abort_and_missing_reward_model():
         {"eos_token_id": -5},
         {"eos_token_id": 256},
         {"seed": "s"},
+        {"outputs": 5},
     ],
 )
 def test_bad_configs_are_typed_errors(kwargs):
     with pytest.raises(InvalidArgumentError):
         SimClient(COST, **kwargs)
+
+
+def recorded(answers: str, lengths: list[int]):
+    """Sample i (its seed: the programs below start at seed 0) answers ``answers[i]`` after
+    ``lengths[i]`` tokens, as a recorded self-consistency question would."""
+
+    def outputs(req):
+        return lengths[req.seed], f"so \\boxed{{{answers[req.seed]}}}"
+
+    return outputs
+
+
+def test_self_consistency_reads_the_allocation_after_each_sample_and_stops_live_ones():
+    lengths = [20, 25, 600, 600, 600, 600, 600, 600]
+    eager = ThresholdPolicy(0.7, detect_at=2, max_knob=8)
+    sc = SelfConsistency(samples_per_step=8, max_samples=8, max_tokens=1000, policy=eager, seed=0)
+    client = SimClient(COST, outputs=recorded("11111111", lengths))
+    out = run(sc.run(client, "question 7", program_id="p7"))
+    t = out.trace
+    # Denied at knob 2 (two agreeing answers): the six live samples are aborted, not run out.
+    assert out.answer == "1" and t.exit == "denied" and out.certainty == 1.0
+    assert t.num_requests == 8 and t.num_aborted == 6 and t.tokens_generated == 20 + 25
+    assert client.num_steps < 40 and not client._live  # the 25 steps of the second sample, the abort lands
+    full = SimClient(COST, outputs=recorded("11111111", lengths))
+    every = SelfConsistency(samples_per_step=8, max_samples=8, max_tokens=1000, policy=ThresholdPolicy(1.0, detect_at=8),
+                           seed=0)
+    run(every.run(full, "question 7"))
+    assert full.now_s > 10 * client.now_s  # the stopped samples' compute was really not spent
+
+
+@pytest.mark.parametrize(("answers", "issued"), [("11111222", 5), ("12345111", 8)])
+def test_self_consistency_rounds_detect_at_the_first_and_issue_the_rest(answers, issued):
+    """The paper's two rounds: 5 samples, the certainty read at detect@5, then the other 3
+    unless certain; the requests carry the program's id and their sample index."""
+    seen: list[str] = []
+
+    def outputs(req):
+        seen.append(req.request_id)
+        return recorded(answers, [30, 40, 50, 60, 70, 80, 90, 100])(req)
+
+    policy = ThresholdPolicy(0.7, detect_at=5, recheck_every=8, max_knob=8)
+    sc = SelfConsistency(samples_per_step=8, first_step=5, max_samples=8, max_tokens=200, policy=policy, seed=0)
+    out = run(sc.run(SimClient(COST, outputs=outputs), "q", program_id="p"))
+    assert seen == [f"p/s{i}" for i in range(issued)]
+    assert out.trace.num_requests == issued and out.trace.num_aborted == 0
+    assert out.trace.tokens_generated == sum([30, 40, 50, 60, 70, 80, 90, 100][:issued])
+    assert out.answer == "1" and out.trace.exit == ("denied" if issued == 5 else "budget")
+
+
+def test_self_consistency_rejects_bad_rounds_and_program_ids():
+    with pytest.raises(InvalidArgumentError):
+        SelfConsistency(first_step=0)
+    with pytest.raises(InvalidArgumentError):
+        run(SelfConsistency().run(SimClient(COST), "q", program_id=""))

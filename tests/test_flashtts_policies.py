@@ -30,7 +30,7 @@ from reasonserve.policies.flashtts import (
     prefix_order,
 )
 from reasonserve.sim import HARDWARE, RooflineCostModel
-from reasonserve.sim.beam_models import BEAM_MODELS
+from reasonserve.sim.beam.models import BEAM_MODELS
 
 # -- SelectSpec ---------------------------------------------------------------------------
 

@@ -10,8 +10,7 @@ import random
 import pytest
 
 from reasonserve.core.errors import InvalidArgumentError
-from reasonserve.sim.beam_cache import NodeCache
-from reasonserve.sim.beam_search import (
+from reasonserve.sim.beam import (
     BEAM_SETTINGS,
     BeamRequest,
     BeamSearchSpec,
@@ -22,6 +21,7 @@ from reasonserve.sim.beam_search import (
     poisson_beam_requests,
     simulate_beam_search,
 )
+from reasonserve.sim.beam.cache import NodeCache
 
 DATA = pathlib.Path(__file__).resolve().parents[2] / "shared" / "data" / "prm_beams"
 
@@ -125,7 +125,7 @@ def test_the_roofline_plan_is_told_the_models_it_serves():
 
 
 def test_context_share_counts_beams_per_distinct_context_token():
-    from reasonserve.sim.beam_tree import SearchTree, context_share
+    from reasonserve.sim.beam.tree import SearchTree, context_share
 
     def trees(width, branching):
         spec = BeamSearchSpec(width=width, branching=branching, max_model_len=2048)
@@ -185,7 +185,7 @@ def test_a_verifier_without_prefix_caching_prefills_whole_beams():
 
 
 def _tree(width: int, branching: int, seed: int = 4):
-    from reasonserve.sim.beam_tree import SearchTree
+    from reasonserve.sim.beam.tree import SearchTree
 
     return SearchTree(BeamRequest("t", 0.0, 50, seed), _pool(), BeamSearchSpec(width=width, branching=branching))
 
@@ -216,7 +216,7 @@ def test_search_keeps_n_over_b_and_refills_to_n_copy_by_copy_until_n_finished(wi
 
 
 def test_a_step_longer_than_max_step_tokens_is_cut_there_and_ends_the_beam():
-    from reasonserve.sim.beam_tree import SearchTree
+    from reasonserve.sim.beam.tree import SearchTree
 
     pool = StepPool((((3000, 0.5), (40, 0.6)),), (50,), "long")
     spec = BeamSearchSpec(width=4, branching=4, max_model_len=8192, max_step_tokens=2048)
@@ -250,7 +250,7 @@ def test_bad_baseline_fractions_raise(fractions):
 
 
 def test_one_at_a_time_requests_are_served_as_if_alone():
-    from reasonserve.sim.beam_search import one_at_a_time_requests
+    from reasonserve.sim.beam import one_at_a_time_requests
 
     requests = one_at_a_time_requests(_pool(), 3, seed=2)
     together = _run(requests, speculation=True).latencies_s
@@ -295,8 +295,8 @@ LONG_TEXTS = [
 
 @pytest.mark.parametrize("gz", [True, False])
 def test_longcot_texts_become_blank_line_steps_counted_by_the_pool_rule(tmp_path, gz):
-    from reasonserve.sim.beam_longcot import load_longcot_pool
-    from reasonserve.sim.beam_workload import count_tokens
+    from reasonserve.sim.beam.longcot import load_longcot_pool
+    from reasonserve.sim.beam.workload import count_tokens
 
     path = _write_rows(tmp_path / ("t.jsonl.gz" if gz else "t.jsonl"), LONG_TEXTS, gz=gz)
     pool = load_longcot_pool(path)  # aime24 + amc23: the math500 row is skipped
@@ -311,8 +311,8 @@ def test_longcot_texts_become_blank_line_steps_counted_by_the_pool_rule(tmp_path
 
 
 def test_longcot_keeps_the_first_max_steps_and_never_caps_a_step_itself(tmp_path):
-    from reasonserve.sim.beam_longcot import load_longcot_pool
-    from reasonserve.sim.beam_tree import SearchTree
+    from reasonserve.sim.beam.longcot import load_longcot_pool
+    from reasonserve.sim.beam.tree import SearchTree
 
     long_step = " ".join(["w"] * 3000)
     text = "\n\n".join([long_step] + [f"step {i}" for i in range(60)])
@@ -327,7 +327,7 @@ def test_longcot_keeps_the_first_max_steps_and_never_caps_a_step_itself(tmp_path
 
 
 def test_longcot_scores_are_a_pure_function_of_the_file_and_the_seed(tmp_path):
-    from reasonserve.sim.beam_longcot import load_longcot_pool
+    from reasonserve.sim.beam.longcot import load_longcot_pool
 
     path = _write_rows(tmp_path / "t.jsonl", LONG_TEXTS, gz=False)
     a, b = load_longcot_pool(path, score_seed=7), load_longcot_pool(path, score_seed=7)
@@ -356,7 +356,7 @@ def test_longcot_scores_are_a_pure_function_of_the_file_and_the_seed(tmp_path):
     ],
 )
 def test_longcot_malformed_rows_raise_typed_errors(tmp_path, rows, match):
-    from reasonserve.sim.beam_longcot import load_longcot_pool
+    from reasonserve.sim.beam.longcot import load_longcot_pool
 
     path = _write_rows(tmp_path / "t.jsonl", rows, gz=False)
     with pytest.raises(InvalidArgumentError, match=match):
@@ -364,7 +364,7 @@ def test_longcot_malformed_rows_raise_typed_errors(tmp_path, rows, match):
 
 
 def test_longcot_missing_unreadable_files_and_bad_arguments_raise(tmp_path):
-    from reasonserve.sim.beam_longcot import load_longcot_pool
+    from reasonserve.sim.beam.longcot import load_longcot_pool
 
     with pytest.raises(InvalidArgumentError, match="does not exist"):
         load_longcot_pool(tmp_path / "absent.jsonl.gz")
@@ -389,8 +389,8 @@ def test_longcot_missing_unreadable_files_and_bad_arguments_raise(tmp_path):
 def test_longcot_hostile_files_raise_typed_errors(tmp_path, monkeypatch):
     import gzip as gzip_mod
 
-    from reasonserve.sim import beam_longcot
-    from reasonserve.sim.beam_longcot import load_longcot_pool
+    from reasonserve.sim.beam import longcot as beam_longcot
+    from reasonserve.sim.beam.longcot import load_longcot_pool
 
     deep = tmp_path / "deep.jsonl"
     deep.write_text("[" * 200_000 + "\n")  # json.loads recurses past the interpreter's limit

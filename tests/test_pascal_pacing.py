@@ -16,7 +16,7 @@ from reasonserve.core.views import RequestView, SchedulerView
 from reasonserve.policies.pacer import TokenPacer
 from reasonserve.policies.pascal import PascalPolicy
 from reasonserve.sim import SimConfig, SimRequest, simulate
-from reasonserve.sim.instance import SimInstance
+from reasonserve.sim.cluster.instance import SimInstance
 
 NOW = 100.0
 

@@ -17,15 +17,14 @@ from reasonserve.core.decisions import Order, Preempt
 from reasonserve.policies import RequestView, SchedulerView, _ranked
 from reasonserve.policies import _order as order_mod
 from reasonserve.policies import _programs as programs_mod
-from reasonserve.policies import flashtts_prefix as prefix_mod
 from reasonserve.policies import lpm as lpm_mod
-from reasonserve.policies import pascal as pascal_mod
 from reasonserve.policies._order import argsort_lazily, lex_order, ranked_lazily
 from reasonserve.policies._programs import Programs
 from reasonserve.policies._ranked import decide_ranked
 from reasonserve.policies.app_fifo import AppFIFOPolicy
 from reasonserve.policies.dynasor import DynasorPolicy, DynasorState
-from reasonserve.policies.flashtts_prefix import PrefixAwarePolicy, prefix_order
+from reasonserve.policies.flashtts import prefix as prefix_mod
+from reasonserve.policies.flashtts.prefix import PrefixAwarePolicy, prefix_order
 from reasonserve.policies.lpm import LPMPolicy, cached_prefix_blocks
 
 TIMES = st.sampled_from([0.0, 1.0, 2.5, 7.0])  # few values: many ties
@@ -279,7 +278,6 @@ def _wait(i, program, needed):
     return RequestView(f"w{i}", float(i), Phase.PREFILL, 8, 0, 0, blocks_needed=needed, program_id=program)
 
 
-@pytest.mark.sources_only  # spies on _ranked._all_fit, which compiled code calls directly
 @pytest.mark.parametrize(
     ("free", "expect_all_fit"),
     [(3, True), (2, False)],  # after the block: the later programs' running requests all fit, or not
@@ -327,7 +325,6 @@ def test_argsort_lazily_sorts_its_partial_selection():
     assert list(argsort_lazily(key, 50)) == sorted(range(300), key=values.__getitem__)
 
 
-@pytest.mark.sources_only  # spies on _ranked._all_fit, which compiled code calls directly
 @pytest.mark.parametrize(("free", "all_fit"), [(3, True), (2, False)])
 def test_running_first_fill_shortcut_equals_the_ranked_fill(monkeypatch, free, all_fit):
     calls = []
@@ -348,7 +345,7 @@ def test_running_many_equals_one_at_a_time(free, seats, preempted):
     the cheapest one's cost, which still fits)."""
     running = (_run(1, None), _run(2, None, needed=2), _run(3, None))  # costs 3, 4, 3
     view = SchedulerView(0.0, (), running, free, 4, 8)
-    batch, single = _ranked._Fill(view, "swap"), _ranked._Fill(view, "swap")
+    batch, single = _ranked.Fill(view, "swap"), _ranked.Fill(view, "swap")
     for fill in (batch, single):
         fill.budget, fill.seats = free, seats  # what better-ranked requests left
     batch.running_many(running)
@@ -471,13 +468,14 @@ def test_ordered_equals_the_plain_sort(keys, field, presorted):
 @settings(max_examples=300, deadline=None)
 @given(KEYS, st.booleans(), st.sampled_from([1, 3, 20]))
 def test_pascals_turn_order_equals_the_plain_sort(keys, presorted, copies):
-    """PASCAL's turn order (Python comparisons below 256 requests, ordered() from there) is
-    the plain sort's: in order, with runs of ties, out of order, NaNs, big ints."""
+    """The turn order PASCAL takes (ordered(): the plain sort below 256 requests, numpy's
+    passes from there) is the plain sort's: in order, with runs of ties, out of order, NaNs,
+    big ints."""
     keys = keys * copies
     if presorted and not any(k != k for k in keys):
         keys = sorted(keys)
     reqs = _queue(keys, "enqueued_s")  # ids repeat every 17 requests: equal views, told apart by identity
-    assert list(map(id, pascal_mod._by_enqueue(reqs))) == list(map(id, order_mod.ordered_plain(reqs, "enqueued_s")))
+    assert list(map(id, order_mod.ordered(reqs, "enqueued_s"))) == list(map(id, order_mod.ordered_plain(reqs, "enqueued_s")))
 
 
 @pytest.mark.parametrize("n", [2, 31, 32, 255, 256])  # the old short-list bound, and the new one
@@ -494,7 +492,7 @@ def test_pascals_turn_order_on_hostile_times(n, times):
     """str times, ints that equal floats, ints beyond 2**53 and int64, duplicate ids: the
     same requests, in the same order, as the plain sort, on both sides of both bounds."""
     reqs = [_queue([times(i)], "enqueued_s")[0]._replace(request_id=f"q{(5 * i) % 7}") for i in range(n)]
-    assert list(map(id, pascal_mod._by_enqueue(reqs))) == list(map(id, order_mod.ordered_plain(reqs, "enqueued_s")))
+    assert list(map(id, order_mod.ordered(reqs, "enqueued_s"))) == list(map(id, order_mod.ordered_plain(reqs, "enqueued_s")))
 
 
 def test_pascals_turn_order_raises_where_the_plain_sort_does():
@@ -504,10 +502,9 @@ def test_pascals_turn_order_raises_where_the_plain_sort_does():
         with pytest.raises(TypeError):
             order_mod.ordered_plain(reqs, "enqueued_s")
         with pytest.raises(TypeError):
-            pascal_mod._by_enqueue(reqs)
+            order_mod.ordered(reqs, "enqueued_s")
 
 
-@pytest.mark.sources_only  # spies on _order internals, which compiled code calls directly
 @pytest.mark.parametrize(
     ("keys", "branch"),
     [
@@ -526,6 +523,8 @@ def test_pascals_turn_order_raises_where_the_plain_sort_does():
     ],
 )
 def test_ordered_takes_each_branch(monkeypatch, keys, branch):
+    """Each branch of ordered() past the short-list bound (set to 0 here) and what it gives."""
+    monkeypatch.setattr(order_mod, "SHORT", 0)
     taken = []
     plain, argsort, runs = order_mod.ordered_plain, np.argsort, order_mod.order_tie_runs
     monkeypatch.setattr(order_mod, "ordered_plain", lambda *a: taken.append("plain") or plain(*a))

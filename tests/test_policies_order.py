@@ -12,8 +12,8 @@ from reasonserve.core import Phase
 from reasonserve.core.column_store import ColumnStore
 from reasonserve.core.decisions import Admit, Preempt
 from reasonserve.core.policy import QUIET_FOREVER, quiet_without_waiting
-from reasonserve.policies import FCFSPolicy, RequestView, RoundRobinPolicy, SchedulerView, pascal
-from reasonserve.policies._order import waiting_ordered
+from reasonserve.policies import FCFSPolicy, RequestView, RoundRobinPolicy, SchedulerView
+from reasonserve.policies._order import ordered, waiting_ordered
 from reasonserve.policies._ranked import decide_ranked
 from reasonserve.policies.app_fifo import AppFIFOPolicy
 from reasonserve.policies.dynasor import DynasorPolicy, DynasorState
@@ -78,6 +78,31 @@ def test_pascal_quiet_steps_equal_their_definition(view, pacer, params):
     if view.waiting and view.running:  # a queue with waiting requests: some quantum may count
         alone = view.__class__(view.now_s, view.waiting[:1], view.running, 4, 4, 8)
         assert policy.quiet_steps(alone) == _quiet_definition(policy, alone)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(VIEWS, min_size=2, max_size=5), st.sampled_from([(10, 60), (5, 0)]))
+def test_pascal_asked_over_many_views_answers_as_a_fresh_policy(views, params):
+    """One policy asked of view after view (as a host does), some views sharing their
+    running or waiting tuple with the view before (the policy reads those once) and others
+    only equal to it, answers each as a policy that never saw another view."""
+    quantum, limit = params
+    shared = [views[0]]
+    for i, view in enumerate(views[1:]):
+        prev = shared[-1]
+        if i % 3 == 0:
+            view = dataclasses.replace(view, running=prev.running)  # same tuple, other waiting
+        elif i % 3 == 1:
+            view = dataclasses.replace(view, waiting=prev.waiting)
+        else:
+            view = dataclasses.replace(view, running=tuple(prev.running[:-1]), waiting=tuple(prev.waiting))
+        shared.append(view)
+    policy = PascalPolicy(quantum=quantum, demote_threshold_tokens=limit)
+    for view in shared:
+        fresh = PascalPolicy(quantum=quantum, demote_threshold_tokens=limit)
+        assert policy.quiet_steps(view) == fresh.quiet_steps(view)
+        assert list(policy.decide(view)) == list(fresh.decide(view))
+        assert policy.quiet_steps(view) == fresh.quiet_steps(view)
 
 
 @pytest.mark.parametrize("n_running", [2, 6])
@@ -263,7 +288,7 @@ def test_queues_in_turn_order_with_ties_keep_id_order(view):
         by_id = sorted(view.waiting, key=lambda r: (getattr(r, field), r.request_id))
         assert list(waiting_ordered(hosted, field)) == list(waiting_ordered(view, field)) == by_id
     by_turn = sorted(view.running, key=lambda r: (r.enqueued_s, r.request_id))
-    assert pascal._by_enqueue(view.running) == by_turn
+    assert ordered(list(view.running), "enqueued_s") == by_turn
     for policy in (PascalPolicy(quantum=10, demote_threshold_tokens=60), PascalPolicy(quantum=5, mode=None)):
         ranked = sorted(view.running + view.waiting, key=lambda r: policy.rank_key(r, r.request_id[0] == "r"))
         expected = _decide_per_queue(view, ranked, policy.mode, policy.queue)

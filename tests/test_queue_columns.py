@@ -5,7 +5,6 @@ gets typed errors; the engine's scheduler keeps its waiting queue's columns exac
 
 import dataclasses
 import random
-from unittest import mock
 
 import numpy as np
 import pytest
@@ -17,11 +16,12 @@ from reasonserve.core.column_store import ColumnStore
 from reasonserve.core.columns import NUMERIC, QueueColumns, columns_of
 from reasonserve.core.decisions import Admit
 from reasonserve.core.views import ProgramView, RequestView, SchedulerView
-from reasonserve.policies import REGISTRY, FCFSPolicy, RoundRobinPolicy, _order, flashtts_prefix, pascal
+from reasonserve.policies import REGISTRY, FCFSPolicy, RoundRobinPolicy, _order, pascal
 from reasonserve.policies._programs import Programs
 from reasonserve.policies.app_fifo import AppFIFOPolicy
 from reasonserve.policies.dynasor import DynasorPolicy, DynasorState
-from reasonserve.policies.flashtts_prefix import PrefixAwarePolicy
+from reasonserve.policies.flashtts import prefix as flashtts_prefix
+from reasonserve.policies.flashtts.prefix import PrefixAwarePolicy
 from reasonserve.policies.lpm import LPMPolicy, cached_prefix_blocks, cached_prefix_columns
 from reasonserve.policies.pacer import TokenPacer
 from reasonserve.policies.pascal import PascalPolicy
@@ -422,11 +422,10 @@ def test_fcfs_rr_pascal_decide_the_same_with_host_columns(view, width):
     for field in ("arrival_s", "enqueued_s"):  # the whole order, not only the head a decision reads
         assert list(_order.waiting_ordered(hosted, field)) == _order.ordered(view.waiting, field)
     for factory in (PascalPolicy, TURN_POLICIES["pascal"]):
-        plain, by_columns = factory()._split_waiting(view), factory()._split_waiting(hosted)
+        plain, by_columns = factory()._waiting_by_queue(view), factory()._waiting_by_queue(hosted)
         assert [list(q) for q in plain] == [list(q) for q in by_columns]
 
 
-@pytest.mark.sources_only  # spies on _order internals, which compiled code calls directly
 @pytest.mark.parametrize(
     ("keys", "taken"),
     [([0.0, 1.0, 2.0], "in order"), ([2.0, 0.0, 1.0], "argsort"), ([1.0, 0.0, 1.0], "ties"),
@@ -450,16 +449,15 @@ _LEX_ORDER = _order.lex_order
 
 
 def _spy_object_sorts(monkeypatch) -> list:
-    """Record the queues sorted from the objects: by FCFS and round-robin (ordered) and by
-    PASCAL (_by_enqueue)."""
+    """Record the queues sorted from the objects (ordered(), as FCFS, round-robin and PASCAL
+    take it)."""
     sorted_queues = []
-    for module, name in ((_order, "ordered"), (pascal, "_by_enqueue")):
+    for module, name in ((_order, "ordered"), (pascal.policy, "ordered")):
         real = getattr(module, name)
         monkeypatch.setattr(module, name, lambda q, *a, _real=real: sorted_queues.append(q) or _real(q, *a))
     return sorted_queues
 
 
-@pytest.mark.sources_only  # spies on _order.ordered and pascal._by_enqueue; compiled code calls them directly
 @pytest.mark.parametrize("nan", [False, True])
 @pytest.mark.parametrize("name", sorted(TURN_POLICIES))
 def test_the_column_branch_is_taken_unless_a_key_is_nan(monkeypatch, name, nan):
@@ -485,13 +483,15 @@ def test_the_column_branch_is_taken_unless_a_key_is_nan(monkeypatch, name, nan):
     [(PascalPolicy(demote_threshold_tokens=2**64), {}), (PascalPolicy(demote_threshold_tokens=60), {"num_output_tokens": -5})],
     ids=["threshold-beyond-int64", "negative-tokens"],
 )  # fmt: skip
-def test_pascal_leaves_demotion_to_the_objects_where_int64_could_overflow(monkeypatch, policy, change):
+def test_pascal_demotes_on_the_columns_as_on_the_objects_past_int64_and_below_zero(policy, change):
+    """The queue rule on the token columns (int64) and on the objects (Python ints) agree
+    with a threshold beyond int64 and with negative token counts."""
     waiting = tuple(_turn(i, float(5 - i))._replace(**change) for i in range(6))
     view = SchedulerView(0.0, waiting, (), 8, 4, 2)
     hosted = _with_columns(view, 8)
-    expected = policy.decide(view)
-    sorted_queues = _spy_object_sorts(monkeypatch)
-    assert policy.decide(hosted) == expected and any(q is hosted.waiting for q in sorted_queues)
+    assert policy.decide(hosted) == policy.decide(view)
+    plain, by_columns = policy._waiting_by_queue(view), policy._waiting_by_queue(hosted)
+    assert [list(q) for q in plain] == [list(q) for q in by_columns]
 
 
 # --- FlashTTS prefix order: host paths all of one length --------------------------------------
@@ -551,23 +551,20 @@ def test_one_length_host_paths_pick_the_sort_by_their_runs(monkeypatch, hashes, 
 
 
 @settings(max_examples=200, deadline=None)
-@given(turn_views(), st.sampled_from([0, 1, 5]))
-def test_pascal_column_walks_past_their_eager_head_read_phases_at_once_and_agree(view, eager):
-    """Past ``_EAGER`` candidates PASCAL's column walks read every phase in one pass: with a
-    small head (so generated queues reach that branch) both queues, in full, and the
-    decisions are those of the object path."""
+@given(turn_views())
+def test_pascal_column_walks_agree_with_the_object_walks(view):
+    """Both queues, in full, and the decisions are those of the object path."""
     hosted = _with_columns(view, 8)
-    with mock.patch.object(pascal, "_EAGER", eager):
-        for factory in (PascalPolicy, TURN_POLICIES["pascal"], TURN_POLICIES["pascal_starving_first"]):
-            assert factory().decide(view) == factory().decide(hosted)
-            plain, by_columns = factory()._split_waiting(view), factory()._split_waiting(hosted)
-            assert [list(q) for q in plain] == [list(q) for q in by_columns]
+    for factory in (PascalPolicy, TURN_POLICIES["pascal"], TURN_POLICIES["pascal_starving_first"]):
+        assert factory().decide(view) == factory().decide(hosted)
+        plain, by_columns = factory()._waiting_by_queue(view), factory()._waiting_by_queue(hosted)
+        assert [list(q) for q in plain] == [list(q) for q in by_columns]
 
 
 @pytest.mark.parametrize("first", [Phase.PREFILL, Phase.ANSWERING])
 def test_pascal_finds_its_queue_behind_300_of_the_other(first):
     """300 waiting requests of one queue that cannot fit, then 4 of the other queue that do:
-    only the walk past the eager head reaches them, and PASCAL admits them."""
+    PASCAL's walk of their queue reaches them, and admits them."""
     other = Phase.ANSWERING if first is Phase.PREFILL else Phase.PREFILL
     big = [RequestView(f"a{i:03d}", float(i), first, 8, 0, 0, blocks_needed=50, enqueued_s=float(i))
            for i in range(300)]  # fmt: skip
@@ -575,7 +572,6 @@ def test_pascal_finds_its_queue_behind_300_of_the_other(first):
              for i in range(4)]  # fmt: skip
     view = SchedulerView(0.0, tuple(big + small), (), 20, 16, 64)
     hosted = _with_columns(view, 8)
-    assert len(view.waiting) > pascal._EAGER
     decisions = PascalPolicy().decide(hosted)
     assert decisions == PascalPolicy().decide(view)
     assert [d.request_id for d in decisions] == [r.request_id for r in small]

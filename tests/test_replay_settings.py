@@ -10,8 +10,8 @@ from hypothesis import strategies as st
 
 from reasonserve.cli import main
 from reasonserve.core import InvalidArgumentError
+from reasonserve.recordings import read_jsonl
 from reasonserve.replay import cot, probes, sc
-from reasonserve.replay._jsonl import read_jsonl
 from reasonserve.replay.probe_rules import TokenWindowRule
 from reasonserve.replay.probe_runs import load_run
 from reasonserve.replay.settings import SAMPLE_KEYS, TOKEN_KEYS, parse_setting

@@ -158,7 +158,7 @@ def test_round_robin_rotates_seats_with_its_quantum(model):
     assert sum(done[i].metrics.num_swaps for i in ids) >= 2
 
 
-@settings(max_examples=6, deadline=None)
+@settings(max_examples=50, deadline=None)
 @given(seed=st.integers(0, 10_000), rr=st.booleans(), mode=st.sampled_from(["recompute", "swap"]))
 def test_generated_workloads_lose_nothing_and_keep_blocks_exact(model, seed, rr, mode):
     """Tiny cache (preemption happens), random aborts; run twice: identical outcomes."""

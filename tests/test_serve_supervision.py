@@ -230,15 +230,18 @@ def test_a_dead_engine_loop_makes_the_process_exit_nonzero(tmp_path):
 
 def test_the_queue_cap_answers_429_with_retry_after(tmp_path):
     engine = tiny_engine(tmp_path, engine_cls=FlakyEngine)
-    engine.step_sleep_s = 0.1  # 20 tokens take 2 s or more
+    engine.hold, engine.stepping = threading.Event(), threading.Event()  # no step ends until released
     with live_server(engine, ServeConfig(model_name="tiny", max_queued_requests=2)) as live:
         body = {"prompt": [1, 2], "max_tokens": 20}
         results: list = []
         workers = [threading.Thread(target=lambda: results.append(_post(live.url, body))) for _ in range(2)]
         for w in workers:
             w.start()
-        assert wait_until(lambda: live.runner.num_live == 2, timeout_s=10)
-        r = _post(live.url, body, timeout=10)
+        try:
+            assert wait_until(lambda: live.runner.num_live == 2, timeout_s=10)
+            r = _post(live.url, body, timeout=10)
+        finally:
+            engine.hold.set()
         assert r.status_code == 429 and r.headers["retry-after"] == "1"
         assert r.json()["error"]["type"] == "RateLimitError"
         for w in workers:

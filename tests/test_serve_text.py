@@ -7,8 +7,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from reasonserve.core.errors import InvalidArgumentError
+from reasonserve.engine.choice_text import ChoiceText
 from reasonserve.engine.tokenizer import ByteTokenizer, IncrementalDecoder, check_text
-from reasonserve.serve.text import ChoiceText
 
 TOK = ByteTokenizer()
 

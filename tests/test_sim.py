@@ -240,7 +240,7 @@ def test_hostile_decision_fields_are_policy_errors(make, match):
      ({"kv_capacity_tokens": 96, "block_size": 16}, r"needs \d+ KV blocks in all with the running requests' growth; 6 are free")],
 )  # fmt: skip
 def test_plans_over_the_capacity_are_policy_errors(config, match):
-    """The shared capacity rule (core/capacity.py, compiled with the simulator) refuses a
+    """The shared capacity rule (core/hosting.py, every host checks it) refuses a
     plan that admits past the seats or the blocks, with the rule's own message."""
     from reasonserve.core import PolicyError
     from reasonserve.policies import FCFSPolicy
@@ -290,3 +290,29 @@ def test_sim_results_pickle_and_copy():
     for other in (pickle.loads(pickle.dumps(res)), copy.copy(res), copy.deepcopy(res)):
         assert other.end_s == res.end_s and other.steps == res.steps and other.placements == res.placements
         assert repr(other.sequences) == repr(res.sequences)
+
+
+def test_a_cached_prefix_skips_its_prefill_but_holds_its_blocks():
+    """A request whose first 4000 prompt tokens a prefix cache holds computes only the other
+    96 in its prefill step (an earlier first token: a long prefill is compute-bound), and
+    holds KV blocks for all 4096."""
+    from reasonserve.policies import FCFSPolicy
+
+    config = SimConfig(num_instances=1, model="qwen2.5-7b", block_size=16, skip_quiet_steps=False)
+    seen = []
+
+    class Recorder(FCFSPolicy):
+        def decide(self, view):
+            seen.append([(r.request_id, r.num_computed_tokens, r.num_blocks) for r in view.running])
+            return super().decide(view)
+
+    runs = {}
+    for cached in (0, 4000):
+        seen.clear()
+        res = simulate([SimRequest("r", 0.0, 4096, 4, 0, cached_tokens=cached)], config, Recorder)
+        runs[cached] = res.sequences[0].first_token_s
+        assert seen[1] == [("r", 4096, 256)]  # after the prefill step: every prompt token, 256 blocks
+    cost = config.cost_model()
+    assert runs[0] == cost.step_s([(4096, 0)]) and runs[4000] == cost.step_s([(96, 4000)]) < runs[0]
+    with pytest.raises(InvalidArgumentError, match="cached_tokens"):
+        SimRequest("r", 0.0, 128, 4, 0, cached_tokens=128)

@@ -34,7 +34,7 @@ def test_sim_cli_refuses_bad_options(tmp_path, capsys):
 
 
 def test_sim_cli_profile_cost_model(tmp_path, capsys):
-    from reasonserve.sim.profile import ProfileTable, save_profile
+    from reasonserve.cost.profile import ProfileTable, save_profile
 
     _write_fake_traces(tmp_path)
     save_profile(ProfileTable((), (0.01, 1e-5, 1e-4, 1e-7), "test"), tmp_path / "table.json")
@@ -56,8 +56,8 @@ def test_sim_cli_profile_cost_model(tmp_path, capsys):
 def test_progress_reports_reach_every_request(tmp_path, capsys, monkeypatch):
     from reasonserve.policies import FCFSPolicy
     from reasonserve.sim import SimConfig, simulate
-    from reasonserve.sim import simulator as simulator_module
-    from reasonserve.sim.workload import LengthTable, poisson_workload
+    from reasonserve.sim.cluster import simulator as simulator_module
+    from reasonserve.sim.workloads.requests import LengthTable, poisson_workload
 
     reqs = poisson_workload(LengthTable(((16, 30, 10),), "fixture"), 50.0, 60, seed=0)
     seen: list[tuple[int, int]] = []

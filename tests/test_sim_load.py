@@ -3,7 +3,6 @@ answering requests that have not exhausted their FIRST quantum (PASCAL §IV-B: f
 tokens than ``SimConfig.quantum_tokens``), whether they are running or waiting, not the
 ones "not yet run since (re-)admission"."""
 
-import dataclasses
 
 import pytest
 
@@ -12,10 +11,9 @@ from reasonserve.core.errors import InvalidArgumentError
 from reasonserve.policies import FCFSPolicy
 from reasonserve.policies.pacer import TokenPacer
 from reasonserve.policies.pascal import PascalPolicy
-from reasonserve.policies.router import InstanceLoad, PascalRouter
+from reasonserve.policies.router import PascalRouter
 from reasonserve.sim import SimConfig, SimRequest, simulate
-from reasonserve.sim.instance import SimInstance
-from reasonserve.sim.quiet import instance_load
+from reasonserve.sim.cluster.instance import SimInstance
 
 CFG = SimConfig(num_instances=1, kv_capacity_tokens=1024, model="qwen2.5-7b", quantum_tokens=4,
                 skip_quiet_steps=False)  # fmt: skip
@@ -66,18 +64,6 @@ def test_the_quantum_is_validated():
         SimConfig(quantum_tokens=0)
 
 
-def test_an_unchecked_load_is_the_checked_one():
-    """The simulator builds its loads without the constructor's checks (its values are its
-    own counts); every field lands where the checked constructor puts it."""
-    values = ("3", 7, False, 2, 5, 11)
-    for load in (InstanceLoad.unchecked(*values), instance_load(*values)):  # the router's and the simulator's
-        assert type(load) is InstanceLoad
-        assert load == InstanceLoad(*values) and dataclasses.astuple(load) == values
-        with pytest.raises(dataclasses.FrozenInstanceError):
-            load.num_reasoning = 1  # type: ignore[misc]
-
-
-@pytest.mark.sources_only
 def test_the_waiting_queue_caches_follow_the_queue(monkeypatch):
     """An instance keeps its waiting views and the waiting share of its load while the
     queue holds; every arrival, admission, preemption, landing and stop must drop them.

@@ -7,11 +7,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from reasonserve.core.errors import InvalidArgumentError
+from reasonserve.cost.hardware import HARDWARE
+from reasonserve.cost.model_spec import MODELS
 from reasonserve.policies.pascal import PascalPolicy
 from reasonserve.policies.router import LeastKVRouter, PascalRouter
 from reasonserve.sim import RooflineCostModel, SimConfig, SimRequest, simulate
-from reasonserve.sim.hardware import HARDWARE
-from reasonserve.sim.model_spec import MODELS
 
 CFG = SimConfig(num_instances=2, kv_capacity_tokens=4096, model="qwen2.5-7b", block_size=16)
 

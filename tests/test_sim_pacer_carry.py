@@ -14,8 +14,8 @@ from reasonserve.policies.pacer import TokenPacer
 from reasonserve.policies.pascal import PascalPolicy
 from reasonserve.policies.router import PascalRouter
 from reasonserve.sim import SimConfig, SimRequest, load_lengths, poisson_workload, simulate
-from reasonserve.sim.instance import SimInstance
-from reasonserve.sim.sequence import SimSequence
+from reasonserve.sim.cluster.instance import SimInstance
+from reasonserve.sim.cluster.sequence import SimSequence
 
 DATA = pathlib.Path(__file__).resolve().parents[2] / "shared" / "data"
 
@@ -58,7 +58,6 @@ def _checked(monkeypatch) -> list[tuple[bool, bool]]:
     return log
 
 
-@pytest.mark.sources_only
 @pytest.mark.skipif(not (DATA / "serving_traces").is_dir(), reason="needs the shared ServeGen trace")
 @pytest.mark.parametrize("skip", [False, True])
 def test_the_carried_fold_is_the_fold_from_scratch_across_migrations_and_swaps(monkeypatch, skip):

@@ -8,11 +8,11 @@ import random
 import pytest
 
 from reasonserve.core.errors import InvalidArgumentError
+from reasonserve.cost.engine_steps import measure_engine_steps
+from reasonserve.cost.profile import FORMAT, ProfileRow, ProfileTable, fit_profile, load_profile, save_profile
 from reasonserve.engine import Engine, EngineConfig, SamplingParams, make_tiny_checkpoint
 from reasonserve.policies import FCFSPolicy
 from reasonserve.sim import SimConfig, SimRequest, simulate
-from reasonserve.sim.engine_profile import measure_engine_steps
-from reasonserve.sim.profile import FORMAT, ProfileRow, ProfileTable, fit_profile, load_profile, save_profile
 
 TRUE = (0.004, 2e-5, 3e-4, 1e-7)
 

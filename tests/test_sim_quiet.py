@@ -1,4 +1,4 @@
-"""Quiet stretches (``SimConfig.skip_quiet_steps``, :mod:`reasonserve.sim.quiet`): running
+"""Quiet stretches (``SimConfig.skip_quiet_steps``, :mod:`reasonserve.sim.cluster.quiet`): running
 the decode steps a policy declares decision-free as one event changes no result. Every
 request's timings and counters, the placements, the migrations, the step count and the
 end time are compared with one-decision-per-step stepping, on generated workloads (ties
@@ -12,7 +12,7 @@ import random
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, example, given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from reasonserve.core import PolicyError
@@ -22,9 +22,9 @@ from reasonserve.policies.app_fifo import AppFIFOPolicy
 from reasonserve.policies.pascal import PascalPolicy
 from reasonserve.policies.router import LeastKVRouter, PascalRouter
 from reasonserve.sim import SimConfig, SimRequest, load_lengths, poisson_workload, simulate
-from reasonserve.sim.programs import ProgramPlan, ProgramRuntime
-from reasonserve.sim.quiet import QuietRun
-from reasonserve.sim.sequence import SimSequence
+from reasonserve.sim.cluster.quiet import QuietRun
+from reasonserve.sim.cluster.sequence import SimSequence
+from reasonserve.sim.programs.runtime import ProgramPlan, ProgramRuntime
 
 DATA = pathlib.Path(__file__).resolve().parents[2] / "shared" / "data"
 
@@ -152,7 +152,7 @@ class _Recording:
 
 def _loads_seen(reqs, cfg, factory, router):
     """(stepped, quiet) router logs, and how many loads a quiet stretch gave in closed form."""
-    from reasonserve.sim.quiet import QuietRun
+    from reasonserve.sim.cluster.quiet import QuietRun
 
     closed = []
     load_at = QuietRun.load_at
@@ -187,7 +187,6 @@ def test_routers_see_the_same_loads_with_quiet_stretches(name, work, router, tpo
     assert quiet == stepped
 
 
-@pytest.mark.sources_only
 @pytest.mark.skipif(not (DATA / "serving_traces").is_dir(), reason="needs the shared ServeGen trace")
 def test_routers_see_the_same_loads_in_the_pascal_setting_mostly_in_closed_form():
     table = load_lengths("servegen", DATA, seed=0)
@@ -231,9 +230,9 @@ def test_a_transition_sees_the_virtual_steps_of_lower_instances_at_its_time(firs
 
 
 def _sc(pid, arrival, tokens):
-    from reasonserve.replay.sc import make_question
-    from reasonserve.sim.program_workload import difficulty, prefix_hashes
-    from reasonserve.sim.programs import SCProgram
+    from reasonserve.recordings import make_question
+    from reasonserve.sim.programs.runtime import SCProgram
+    from reasonserve.sim.programs.workload import difficulty, prefix_hashes
 
     q = make_question(pid, ["1"] * len(tokens), [float("nan")] * len(tokens), "1")
     return SCProgram(pid, arrival, 24, q, tuple(tokens), difficulty(q), prefix_hashes(pid, 24, 16))
@@ -387,8 +386,8 @@ def test_block_growth_in_closed_form_is_the_per_request_count(size, reqs, most, 
     included) and the first k past ``free``, as a per-request count of the blocks beyond
     those held; requests holding their next token's block and up to one more (closed
     form), and holding fewer or more (the threshold list)."""
-    from reasonserve.sim.quiet import _Growth
-    from reasonserve.sim.sequence import SimSequence
+    from reasonserve.sim.cluster.quiet import _Growth
+    from reasonserve.sim.cluster.sequence import SimSequence
 
     seqs = []
     for computed, slack in reqs:
@@ -444,7 +443,7 @@ def test_closed_form_decode_timing_is_not_claimed_exact_for_a_fractional_kv():
 def test_quiet_stretches_change_no_result_with_a_fractional_kv(monkeypatch):
     """A model whose KV bytes per token is not an integer: its stretches are stepped per
     step (``decode_iterations_exact`` False), so exact == stepped bit for bit."""
-    from reasonserve.sim import model_spec
+    from reasonserve.cost import model_spec
 
     spec = dataclasses.replace(model_spec.MODELS["qwen2.5-7b"], name="odd-kv", num_params=1e6, **FRACTIONAL)
     monkeypatch.setitem(model_spec.MODELS, "odd-kv", spec)
@@ -464,8 +463,8 @@ def test_the_host_skips_decide_exactly_on_the_views_the_declaration_names(rows, 
     max_num_seqs`` and the running views' ``blocks_needed`` sum to at most ``free_blocks``.
     The simulator's own check must be that condition on the view it would have built
     (more seats taken than allowed included, which no run reaches)."""
-    from reasonserve.sim.instance import SimInstance
-    from reasonserve.sim.sequence import SimSequence
+    from reasonserve.sim.cluster.instance import SimInstance
+    from reasonserve.sim.cluster.sequence import SimSequence
 
     cfg = SimConfig(num_instances=1, model="qwen2.5-7b", block_size=size, max_num_seqs=seats)
     inst = SimInstance("0", cfg, cfg.cost_model(), FCFSPolicy())
@@ -486,181 +485,11 @@ def test_decode_iterations_take_numpy_from_64_iterations_below_int64_overflow_on
                                                                                    context):
     """numpy's branch from 64 iterations gives each iteration's own formula; where the KV
     bytes would overflow int64 the Python loop (exact ints) must give them instead."""
-    from reasonserve.sim import cost_model
+    from reasonserve.cost import roofline as cost_model
 
     cost = SimConfig(model="qwen2.5-7b").cost_model()
     taken, arange = [], np.arange
     monkeypatch.setattr(cost_model.np, "arange", lambda *a, **k: taken.append(a) or arange(*a, **k))
     assert cost.decode_iterations_s(5, context, iterations) == _decode_formula(cost, 5, context, iterations)
-    # compiled, the doubles loop takes every exact case (context 7000) instead
-    numpy_case = iterations >= 64 and context < 2**40 and not cost_model.NATIVE_TIMES
+    numpy_case = iterations >= 64 and context < 2**40
     assert bool(taken) == numpy_case
-
-
-def _loop_args(cost, batch, context, iterations):
-    m, hw = cost.model, cost.hardware
-    params, attn, kv = 2 * m.num_params * batch, 4 * m.num_layers * m.hidden_size, m.kv_bytes_per_token
-    peak = hw.peak_flops * cost.compute_efficiency
-    bandwidth = hw.memory_bandwidth_bytes_s * cost.bandwidth_efficiency
-    return (params, attn, batch / 2, peak, kv, batch, m.weight_bytes, bandwidth, cost.step_overhead_s, context,
-            iterations)  # fmt: skip
-
-
-@settings(max_examples=300, deadline=None)
-@given(st.sampled_from(["qwen2.5-7b", "qwen2.5-32b", "qwen3-8b"]), st.sampled_from([None, 1, 1.5, 2, 4]),
-       st.integers(1, 600), st.one_of(st.integers(0, 10**6), st.integers(0, 2**47)), st.integers(1, 260))  # fmt: skip
-def test_the_doubles_loop_is_each_iterations_own_formula_where_it_claims_exact(model, bpp, batch, context, iterations):
-    """``decode_times`` (C doubles when compiled) equals the Python formula bit for bit
-    wherever ``doubles_exact`` says so; ``decode_iterations_s`` equals it everywhere."""
-    from reasonserve.sim.step_times import decode_times, doubles_exact
-
-    cost = SimConfig(model=model).cost_model()
-    if bpp is not None:
-        cost = dataclasses.replace(cost, model=dataclasses.replace(cost.model, bytes_per_param=bpp))
-    args = _loop_args(cost, batch, context, iterations)
-    expected = _decode_formula(cost, batch, context, iterations)
-    top = context + (iterations + 1) * batch
-    if doubles_exact(args[0], args[1], args[4], args[6], top):
-        assert decode_times(*args) == expected
-    assert cost.decode_iterations_s(batch, context, iterations) == expected
-
-
-def test_doubles_exact_holds_for_the_presets_and_not_past_2_to_the_53():
-    from reasonserve.sim.step_times import decode_times, doubles_exact
-
-    cost = SimConfig(model="qwen2.5-32b").cost_model()
-    kv = cost.model.kv_bytes_per_token
-    args = _loop_args(cost, 16, 100_000, 500)
-    assert doubles_exact(args[0], args[1], args[4], args[6], 100_000 + 501 * 16)
-    edge = (2**53 - 1) // max(kv, args[1])  # the largest top whose KV bytes and attention FLOPs stay below 2**53
-    assert doubles_exact(args[0], args[1], kv, args[6], edge) and not doubles_exact(args[0], args[1], kv, args[6], edge + 1)
-    context = edge - 4 * 8 - 1  # iterations up to the edge: each iteration's formula still, bit for bit
-    assert decode_times(*_loop_args(cost, 8, context, 3)) == _decode_formula(cost, 8, context, 3)
-    odd = dataclasses.replace(cost, model=dataclasses.replace(cost.model, **FRACTIONAL))
-    assert not doubles_exact(*(_loop_args(odd, 16, 7000, 50)[i] for i in (0, 1, 4, 6)), 8000)  # fractional KV
-    assert not doubles_exact(args[0], args[1], np.int64(kv), args[6], 8000)  # a numpy integer: the Python paths
-    assert not doubles_exact(args[0], args[1], kv, args[6], -1)
-
-
-@settings(max_examples=300, deadline=None)
-@given(st.lists(st.one_of(st.floats(0, 1e4), st.floats(allow_nan=True, allow_infinity=True)), max_size=40),
-       st.integers(-45, 45), st.one_of(st.none(), st.floats(allow_nan=True)), st.sampled_from([0.1, 1, 0.033, 7.5]))  # fmt: skip
-def test_the_simulators_pacer_fold_is_the_pacers(times, start, since, tpot):
-    """``sim.pacing.released_from`` (compiled with the simulator) is ``TokenPacer.released_until``
-    over the tokens from ``start``, bit for bit (NaN and infinities included)."""
-    from reasonserve.policies.pacer import TokenPacer
-    from reasonserve.sim.pacing import released_from
-
-    got, want = released_from(times, start, since, tpot), TokenPacer(tpot).released_until(times[start:], since)
-    assert repr(got) == repr(want)
-
-
-def _step_formula(cost, chunks):
-    """``step_s``'s Python formula as written before the compiled path."""
-    m = cost.model
-    attn, kv = 4 * m.num_layers * m.hidden_size, m.kv_bytes_per_token
-    flops = bytes_ = 0.0
-    for tokens, context in chunks:
-        flops += 2 * m.num_params * tokens + attn * tokens * (context + tokens / 2)
-        bytes_ += kv * (context + tokens)
-    bytes_ += m.weight_bytes
-    compute = flops / (cost.hardware.peak_flops * cost.compute_efficiency)
-    memory = bytes_ / (cost.hardware.memory_bandwidth_bytes_s * cost.bandwidth_efficiency)
-    return max(compute, memory) + cost.step_overhead_s
-
-
-@settings(max_examples=300, deadline=None)
-@given(st.sampled_from(["qwen2.5-7b", "qwen2.5-32b", "qwen3-8b"]), st.sampled_from([None, 1, 1.1, 1.5]),
-       st.sampled_from([None, 7, 1e9]),
-       st.lists(st.tuples(st.integers(1, 9000), st.one_of(st.integers(0, 10**6), st.integers(0, 2**44))),
-                max_size=40))  # fmt: skip
-def test_the_doubles_step_time_is_step_s_formula(model, bpp, int_params, chunks):
-    """``step_times.step_time`` (C doubles when compiled) is ``step_s``'s formula bit for bit
-    where it answers (an int parameter count included: exact int products below 2**53);
-    ``step_s`` is the formula everywhere."""
-    from reasonserve.sim.step_times import step_time
-
-    cost = SimConfig(model=model).cost_model()
-    spec = cost.model
-    if bpp is not None:
-        spec = dataclasses.replace(spec, bytes_per_param=bpp)
-    if int_params is not None:
-        spec = dataclasses.replace(spec, num_params=int(spec.num_params) + int(int_params))
-    cost = dataclasses.replace(cost, model=spec)
-    want = _step_formula(cost, chunks) if chunks else 0.0
-    attn, hw = 4 * spec.num_layers * spec.hidden_size, cost.hardware
-    fast = step_time(chunks, 2 * spec.num_params, attn, spec.kv_bytes_per_token, spec.weight_bytes,
-                     hw.peak_flops * cost.compute_efficiency, hw.memory_bandwidth_bytes_s * cost.bandwidth_efficiency,
-                     cost.step_overhead_s)  # fmt: skip
-    if fast is not None and chunks:
-        assert repr(fast) == repr(want)
-    assert repr(cost.step_s(chunks)) == repr(want)
-    if chunks and bpp is None and int_params is None and max(c for _, c in chunks) < 10**6:
-        assert fast is not None  # the presets at ordinary contexts take the fast path
-    assert step_time([(1.0, 5)], 2 * spec.num_params, attn, 1, 1, 1.0, 1.0, 0.0) is None  # a float count: Python's
-
-
-def _python_exact(params2, attn, kv, chunks) -> bool:
-    """The old ``step_time``'s checks in Python (exact int products, float ones rounded once):
-    when it answered."""
-    return all(
-        0 <= n < 2**53 and 0 <= c < 2**53 and params2 * n < 2**53 and attn * n < 2**53 and kv * (c + n) < 2**53
-        for n, c in chunks
-    )
-
-
-@settings(max_examples=400, deadline=None)
-@given(st.sampled_from([0, 1, 2, 3, 7, 0.5, 1.5, 0.1, 1.1]), st.sampled_from([1, 3, 2**20, 6.5e10, 1.1e10, 0.3]),
-       st.sampled_from([0, 5, 2**30, 2**52, 1.0, 3.5, 0.7]),
-       st.lists(st.tuples(st.integers(0, 5000), st.integers(-3, 3)), min_size=1, max_size=6),
-       st.one_of(st.sampled_from([2**53, 2**53 - 1, 2**53 + 1, 2**52, 10**6]), st.integers(0, 2**53)))  # fmt: skip
-@example(0.1, 3, 5, [(1, 2)], 10**6)  # 0.1 * (c + n) is not 0.1 * c + 0.1 * n here: one rounding, not two
-@example(1, 2**40, 1, [(2**13, 0)], 10**6)  # FLOPs of the parameters exactly 2**53: Python's check fails
-@example(1, 3, 2**52, [(2, 0)], 10**6)  # attention FLOPs exactly 2**53
-def test_the_doubles_step_time_at_the_2_53_boundary(kv, params2, attn, offsets, near):
-    """Products at and around 2**53 (ints and floats, exact and rounding): where the doubles
-    answer they are the formula bit for bit, and they answer exactly where Python's exact
-    integer checks pass (int parameters) or its float products stay below 2**53."""
-    from reasonserve.sim.step_times import step_time
-
-    top = int(near // kv) if kv else near  # contexts whose KV bytes land near 2**53
-    chunks = [(n, max(0, top - n + d)) for n, d in offsets]
-    fast = step_time(chunks, params2, attn, kv, 7, 1.5e15, 2.0e12, 0.0)  # no overhead: it would hide last bits
-    flops = bytes_ = 0.0
-    for tokens, context in chunks:
-        flops += params2 * tokens + attn * tokens * (context + tokens / 2)
-        bytes_ += kv * (context + tokens)
-    bytes_ += 7
-    want = max(flops / 1.5e15, bytes_ / 2.0e12) + 0.0
-    if fast is not None:
-        assert repr(fast) == repr(want)
-    assert (fast is not None) == _python_exact(params2, attn, kv, chunks)  # ints exact, floats rounded once
-
-
-@pytest.mark.parametrize("kind", ["float", "numpy"])
-@pytest.mark.parametrize("which", ["batch", "context", "iterations"])
-def test_decode_iterations_take_any_number_type_the_python_formula_takes(kind, which):
-    """A float or numpy batch / context sum (a numpy iteration count) runs the Python
-    paths, compiled or not: no TypeError from the compiled doubles loop."""
-    cost = SimConfig(model="qwen2.5-7b").cost_model()
-    args = {"batch": 4, "context": 100, "iterations": 3}
-    if which == "iterations" and kind == "float":
-        pytest.skip("range() takes no float count, in the formula either")
-    args[which] = float(args[which]) if kind == "float" else np.int64(args[which])
-    got = cost.decode_iterations_s(args["batch"], args["context"], args["iterations"])
-    assert repr(got) == repr(_decode_formula(cost, args["batch"], args["context"], args["iterations"]))
-
-
-def test_step_s_reads_a_one_shot_iterable_of_chunks_once():
-    """A generator of chunks: the compiled doubles path must not consume part of it
-    before handing it to the Python formula (a numpy count mid-way sends it there)."""
-    from reasonserve.sim.step_times import step_time
-
-    cost = SimConfig(model="qwen2.5-7b").cost_model()
-    chunks = [(1, 5), (2, 9), (np.int64(1), 7), (1, 3)]
-    want = _step_formula(cost, chunks)
-    assert repr(cost.step_s(iter(chunks))) == repr(want) == repr(cost.step_s(chunks))
-    plain = [(1, 5), (2, 9)]
-    assert repr(cost.step_s(c for c in plain)) == repr(_step_formula(cost, plain))
-    assert step_time(iter(plain), 2, 4, 1, 1, 1.0, 1.0, 0.0) is None
-    assert step_time(tuple(plain), 2, 4, 1, 1, 1.0, 1.0, 0.0) is not None

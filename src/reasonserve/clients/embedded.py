@@ -4,7 +4,8 @@ One driver task per client runs ``engine.step()`` in a worker thread while reque
 are live; requests are added and aborted on the event loop *between* steps (at once
 when no step runs, else right after it), so the engine is never touched by two threads
 at once. Use one client per engine; ``aclose()`` aborts what is live and waits.
-Stop strings are matched on the decoded text; the request is aborted at the match.
+Stop strings are matched on the decoded text (``ChoiceText``: a piece is sent only once
+it cannot start a stop string); the request is aborted at the match.
 Probes are ordinary greedy requests over ``prefix + suffix``: the engine's prefix cache
 serves the prefix's full blocks (``ProbeResult.num_computed_tokens`` says how many
 tokens were computed).
@@ -23,7 +24,7 @@ from reasonserve.clients.errors import ClientError, UnsupportedError
 from reasonserve.clients.protocol import Capabilities, Chunk, GenerateRequest, GenerateResult, ProbeResult
 from reasonserve.core.errors import InvalidArgumentError, UnknownRequestError
 from reasonserve.engine import Engine, RequestOutput, SamplingParams
-from reasonserve.engine.tokenizer import IncrementalDecoder
+from reasonserve.engine.choice_text import ChoiceText
 
 __all__ = ["EmbeddedClient"]
 
@@ -83,8 +84,8 @@ class EmbeddedClient:
         params = SamplingParams(max_tokens=req.max_tokens, temperature=float(req.temperature),
                                 top_p=float(req.top_p), seed=req.seed, priority=req.priority)  # fmt: skip
         live = _Live(asyncio.Queue())
-        decoder = IncrementalDecoder(self.engine.tokenizer) if self.engine.tokenizer else None
-        text, finished = "", False
+        text = ChoiceText(self.engine.tokenizer, req.stop)
+        finished = False
         try:
             await self._submit(_Add(rid, prompt, params, live))
             while not finished:
@@ -92,12 +93,10 @@ class EmbeddedClient:
                 if isinstance(event, Exception):
                     raise ClientError(f"the engine failed request {rid}: {event}")
                 tokens, out = event
-                piece = decoder.push(tokens) + (decoder.flush() if out else "") if decoder else ""
-                reason = _finish(out)
-                cut = _stop_at(text, piece, req.stop)
-                if cut is not None:
-                    piece, reason = piece[:cut], "stop"
-                text += piece
+                piece = text.push(tokens)
+                if out is not None or text.stop_hit is not None:
+                    piece += text.finish()
+                reason = "stop" if text.stop_hit is not None else _finish(out)
                 finished = reason is not None
                 yield Chunk(rid, piece, tuple(tokens), reason), out
         finally:
@@ -213,16 +212,3 @@ class EmbeddedClient:
 
 def _finish(out: RequestOutput | None) -> str | None:
     return None if out is None else (out.finish_reason or "stop")
-
-
-def _stop_at(text: str, piece: str, stops: tuple[str, ...]) -> int | None:
-    """Offset in ``piece`` where the first stop string ends the text (None: no stop)."""
-    if not stops or not piece:
-        return None
-    longest = max(len(s) for s in stops)
-    window_start = max(0, len(text) - longest + 1)
-    joined = text[window_start:] + piece
-    hits = [i for s in stops if (i := joined.find(s)) >= 0]
-    if not hits:
-        return None
-    return max(0, min(hits) - (len(text) - window_start))

@@ -168,12 +168,19 @@ class HTTPClient:
             raise StreamDroppedError(f"the stream of {rid} ended without a finish_reason")
 
     async def probe(
-        self, prefix: str | Sequence[int], suffix: str, max_tokens: int, *, request_id: str | None = None
+        self,
+        prefix: str | Sequence[int],
+        suffix: str,
+        max_tokens: int,
+        *,
+        request_id: str | None = None,
+        priority: int = 0,
     ) -> ProbeResult:
         """Greedy continuation of ``prefix + suffix`` (token-id prefixes get the suffix's ids)."""
         ids = None if isinstance(prefix, str) else await self.encode(suffix)
         prompt = prefix + suffix if isinstance(prefix, str) else (*prefix, *(ids or ()))
-        req = GenerateRequest(prompt, max_tokens=max_tokens, temperature=0.0, request_id=request_id)
+        req = GenerateRequest(prompt, max_tokens=max_tokens, temperature=0.0, request_id=request_id,
+                              priority=priority)  # fmt: skip
         out = await self.generate(req)
         computed = None
         if out.num_prompt_tokens is not None and out.num_cached_tokens is not None:
@@ -195,6 +202,11 @@ class HTTPClient:
         if len(self._suffix_ids) < 64:
             self._suffix_ids[text] = ids
         return ids
+
+    async def post(self, path: str, body: dict) -> dict:
+        """POST ``body`` to the host's ``path`` (e.g. ``/tokenize``); its JSON reply, read
+        within the same bounds and retried as an idempotent call."""
+        return await self._post(path, body, idempotent=True)
 
     async def abort(self, request_id: str) -> None:
         """Stop a started request: close its connection; call the host's abort endpoint.

@@ -1,17 +1,23 @@
-"""An :class:`EngineClient` on the simulator's cost model: virtual time, synthetic tokens.
+"""An :class:`EngineClient` on the simulator: virtual time, synthetic tokens.
 
 For costing programs without a model (ARCHITECTURE "What runs where": programs on the
-simulator get cost-model tokens). Live requests form one continuous batch: each step,
-every request not yet prefilled computes its uncached prompt tokens and every other one
-decodes a token; the step takes ``RooflineCostModel.step_s`` of *virtual* time
-(``now_s``). Requests that arrive while a step is under way join the next one, so a
-probe started beside a chunk overlaps it in virtual time as it would on a host.
+simulator get cost-model tokens). The requests run on one simulated instance
+(:class:`~reasonserve.sim.cluster.instance.SimInstance`: the simulator's continuous batching,
+under the host contract every host follows, with FCFS admission and room for every
+request), stepped one engine step at a time: each step, every request not yet prefilled
+computes its uncached prompt tokens and every other one decodes a token, and the step takes
+``RooflineCostModel.step_s`` of *virtual* time (``now_s``). Requests that arrive while a step
+is under way join the next one, so a probe started beside a chunk overlaps it in virtual
+time as it would on a host.
 
 Tokens are synthetic: the token at position ``p`` is drawn from (client seed, request
 seed, ``p``); an eos (``eos_token_id``) is drawn with ``eos_probability`` per token.
 Text is the tokens' bytes (ids < 256). Probes answer ``probe_answer(position) + "}"``
 when ``probe_answer`` is given (a scripted answer curve, e.g. "settles on 42 after 900
-tokens"), else synthetic text. A prefix cache of full ``block_size`` blocks (chained
+tokens"), else synthetic text. ``outputs(request)`` (optional) scripts each generation
+instead: ``(tokens, text)``, its length (capped at ``max_tokens``; shorter ends with
+"stop") and the text it returns when it finishes (e.g. a recorded sample's length and
+answer); an aborted one returns no text. A prefix cache of full ``block_size`` blocks (chained
 hashes, as the engine's) decides how many prompt tokens a request computes; finished
 requests leave their blocks in it. Results report ``elapsed_s`` in virtual seconds.
 """
@@ -22,45 +28,56 @@ import asyncio
 import random
 import uuid
 from collections.abc import AsyncIterator, Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from reasonserve.clients.errors import UnsupportedError
 from reasonserve.clients.protocol import Capabilities, Chunk, GenerateRequest, GenerateResult, ProbeResult
 from reasonserve.core.errors import InvalidArgumentError
-from reasonserve.sim.cost_model import RooflineCostModel
+from reasonserve.cost.roofline import RooflineCostModel
+from reasonserve.policies.fcfs import FCFSPolicy
+from reasonserve.sim.cluster.config import SimConfig
+from reasonserve.sim.cluster.instance import SimInstance
+from reasonserve.sim.cluster.sequence import SimSequence
+from reasonserve.sim.workloads.requests import SimRequest
 
 __all__ = ["SimClient"]
+
+_UNBOUNDED = 2**40  # seats, KV tokens and tokens a step: the client's instance never refuses work
 
 
 @dataclass(eq=False)
 class _Req:
-    rid: str
     prompt: list[int]
-    req: GenerateRequest
-    seed: int
+    output: list[int]  # every token it will generate (drawn at submission)
+    finish_reason: str  # "stop" (an eos) or "length"
+    cached: int
     start_s: float
     done: asyncio.Future
-    output: list[int] = field(default_factory=list)
-    computed: int = 0  # prompt tokens with KV
-    cached: int = 0
-    prefilled: bool = False
-    probe_text: str | None = None
+    text: str | None = None  # scripted: a probe's answer, or ``outputs``' text
 
 
 class SimClient:
     def __init__(self, cost_model: RooflineCostModel, *, block_size: int = 16, vocab_size: int = 256,
                  eos_token_id: int | None = None, eos_probability: float = 0.0,
-                 probe_answer: Callable[[int], str] | None = None, seed: int = 0) -> None:  # fmt: skip
+                 probe_answer: Callable[[int], str] | None = None, seed: int = 0,
+                 outputs: Callable[[GenerateRequest], tuple[int, str]] | None = None) -> None:  # fmt: skip
         if not isinstance(cost_model, RooflineCostModel):
             raise InvalidArgumentError("cost_model must be a RooflineCostModel")
         _check_config(block_size, vocab_size, eos_token_id, eos_probability, seed)
         self.cost_model, self.block_size, self.vocab_size = cost_model, block_size, vocab_size
         self.eos_token_id, self.eos_probability = eos_token_id, eos_probability
-        self.probe_answer, self.seed = probe_answer, seed
+        self.probe_answer, self.seed, self.outputs = probe_answer, seed, outputs
+        if outputs is not None and not callable(outputs):
+            raise InvalidArgumentError(f"outputs must be callable or None, got {outputs!r}")
         self.now_s = 0.0
         self.num_steps = 0
         self._cache: set[int] = set()
         self._live: dict[str, _Req] = {}
+        config = SimConfig(num_instances=1, block_size=block_size, max_num_seqs=_UNBOUNDED,
+                           max_num_batched_tokens=_UNBOUNDED, kv_capacity_tokens=_UNBOUNDED,
+                           skip_quiet_steps=False)  # fmt: skip
+        self._instance = SimInstance("sim-client", config, cost_model, FCFSPolicy())
+        self._reported = 0  # the instance's finished requests already looked at
         self._driver: asyncio.Task | None = None
 
     @property
@@ -71,19 +88,53 @@ class SimClient:
     async def generate(self, req: GenerateRequest) -> GenerateResult:
         return await self._submit(req, None)
 
-    async def _submit(self, req: GenerateRequest, probe_text: str | None) -> GenerateResult:
+    async def _submit(self, req: GenerateRequest, text: str | None) -> GenerateResult:
         prompt = list(req.prompt.encode()) if isinstance(req.prompt, str) else list(req.prompt)
         rid = req.request_id or f"sim-{uuid.uuid4().hex}"
+        if rid in self._live:
+            raise InvalidArgumentError(f"request id {rid!r} is already live on this client")
         seed = req.seed if req.seed is not None else random.Random(rid).getrandbits(63)
-        live = _Req(rid, prompt, req, seed, self.now_s, asyncio.get_running_loop().create_future())
-        live.probe_text = probe_text
+        if text is None and self.outputs is not None:  # a generation the caller scripts
+            length, text = self._scripted(req)
+            output, reason = self._tokens(len(prompt), seed, length, eos=False)
+            reason = "length" if length == req.max_tokens else "stop"
+        else:
+            output, reason = self._tokens(len(prompt), seed, req.max_tokens)
+        cached = self._cached_prefix(prompt)
+        live = _Req(prompt, output, reason, cached, self.now_s, asyncio.get_running_loop().create_future(),
+                    text)  # fmt: skip
         self._live[rid] = live
+        self._instance.add(SimRequest(rid, self.now_s, len(prompt), 0, len(output), cached_tokens=cached),
+                           self.now_s)  # fmt: skip
         if self._driver is None or self._driver.done():
             self._driver = asyncio.ensure_future(self._drive())
         try:
             return await live.done
-        finally:
+        finally:  # answered, or cancelled by its caller: then it stops running
             self._live.pop(rid, None)
+            if rid in self._instance.by_id:
+                self._instance.stop(rid, "abort", self.now_s)
+
+    def _scripted(self, req: GenerateRequest) -> tuple[int, str]:
+        """``outputs(req)``, checked: (tokens, capped at ``max_tokens``; text)."""
+        got = self.outputs(req)  # type: ignore[misc]
+        ok = isinstance(got, tuple) and len(got) == 2 and isinstance(got[1], str)
+        if not ok or isinstance(got[0], bool) or not isinstance(got[0], int) or got[0] < 1:
+            raise InvalidArgumentError(f"outputs(request) must return (tokens >= 1, text), got {got!r}")
+        return min(got[0], req.max_tokens), got[1]
+
+    def _tokens(self, prompt_len: int, seed: int, max_tokens: int, *,
+                eos: bool = True) -> tuple[list[int], str]:  # fmt: skip
+        """The request's tokens, up to and including an eos (``eos``: drawn) or
+        ``max_tokens`` of them."""
+        out: list[int] = []
+        while len(out) < max_tokens:
+            rng = random.Random(hash((self.seed, seed, prompt_len + len(out))))
+            if eos and self.eos_token_id is not None and rng.random() < self.eos_probability:
+                out.append(self.eos_token_id)
+                return out, "stop"
+            out.append(rng.randrange(self.vocab_size))
+        return out, "length"
 
     async def stream(self, req: GenerateRequest) -> AsyncIterator[Chunk]:
         out = await self.generate(req)
@@ -102,46 +153,48 @@ class SimClient:
 
     async def abort(self, request_id: str) -> None:
         live = self._live.get(request_id)
-        if live is not None and not live.done.done():
-            live.done.set_result(self._result(live, "abort"))
+        seq = self._instance.by_id.get(request_id)
+        if live is None or live.done.done() or seq is None:
+            return
+        self._instance.stop(request_id, "abort", self.now_s)
+        live.done.set_result(self._result(request_id, live, seq.num_output, "abort"))
 
     async def score(self, prompt: str, responses: Sequence[str]) -> list[float]:
         raise UnsupportedError("the simulator has no reward model: pass scorer= to the program")
 
-    # the batch -------------------------------------------------------------------------
+    # the batch: the simulator's instance, one engine step at a time --------------------
     async def _drive(self) -> None:
+        inst = self._instance
         while True:
             for _ in range(4):  # requests started from the last step's results join this one
                 await asyncio.sleep(0)
-            batch = [r for r in self._live.values() if not r.done.done()]
-            if not batch:
+            if not inst.has_work:
                 return
-            chunks = [self._plan(r) for r in batch]
-            self.now_s += self.cost_model.step_s(chunks)
+            due = inst.step(self.now_s)
+            if due is None:  # cannot happen with the unbounded instance; a guard against a hang
+                raise RuntimeError("the simulated instance made no progress")
+            self.now_s = due
+            inst.finish_run(due)
             self.num_steps += 1
-            for r in batch:
-                self._advance(r)
+            self._answer_finished(inst.finished)
 
-    def _plan(self, r: _Req) -> tuple[int, int]:
-        if r.prefilled:
-            return 1, len(r.prompt) + len(r.output) - 1
-        r.cached = self._cached_prefix(r.prompt)
-        return len(r.prompt) - r.cached, r.cached
+    def _answer_finished(self, finished: list[SimSequence]) -> None:
+        for seq in finished[self._reported :]:
+            live = self._live.get(seq.request_id)
+            if live is not None and not live.done.done():
+                self._register(live.prompt + live.output[:-1])
+                ran_out = seq.finish_reason == "length"  # else a policy ended it
+                reason = live.finish_reason if ran_out else seq.finish_reason
+                live.done.set_result(self._result(seq.request_id, live, seq.num_output, reason))
+        self._reported = len(finished)
 
-    def _advance(self, r: _Req) -> None:
-        r.prefilled = True
-        position = len(r.prompt) + len(r.output)
-        rng = random.Random(hash((self.seed, r.seed, position)))
-        eos = self.eos_token_id is not None and rng.random() < self.eos_probability
-        r.output.append(self.eos_token_id if eos else rng.randrange(self.vocab_size))  # type: ignore[arg-type]
-        if eos or len(r.output) >= r.req.max_tokens:
-            self._register(r.prompt + r.output[:-1])
-            r.done.set_result(self._result(r, "stop" if eos else "length"))
-
-    def _result(self, r: _Req, reason: str) -> GenerateResult:
-        text = r.probe_text if r.probe_text is not None else bytes(t for t in r.output if t < 256).decode(
-            "utf-8", "replace")  # fmt: skip
-        return GenerateResult(r.rid, text, tuple(r.output), reason, tuple(r.prompt), len(r.prompt), r.cached,
+    def _result(self, rid: str, r: _Req, num_output: int, reason: str) -> GenerateResult:
+        tokens = r.output[:num_output]
+        if r.text is not None:
+            text = r.text if reason != "abort" else ""
+        else:
+            text = bytes(t for t in tokens if t < 256).decode("utf-8", "replace")
+        return GenerateResult(rid, text, tuple(tokens), reason, tuple(r.prompt), len(r.prompt), r.cached,
                               self.now_s - r.start_s)  # fmt: skip
 
     # prefix cache ----------------------------------------------------------------------

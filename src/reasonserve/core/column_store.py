@@ -12,6 +12,7 @@ from reasonserve.core.columns import (
     QueueColumns,
     _check_width,
     _readonly,
+    column_getter,
     prefix_head,
     program_key,
 )
@@ -113,6 +114,8 @@ class ColumnStore:
 
 _FLOATS = [name for name, dtype in NUMERIC.items() if dtype is np.float64]
 _INTS = [*(n for n, dtype in NUMERIC.items() if dtype is np.int64), "program_codes", "prefix_lens", "bad"]
+_INT_GETTERS = [column_getter(name) for name in _INTS[:-3]]
+_FLOAT_GETTERS = [column_getter(name) for name in _FLOATS]
 
 
 class _Rows:
@@ -140,11 +143,11 @@ class _Rows:
 
     def write(self, slot: int, r: RequestView, code: int) -> None:
         head = prefix_head(r.prefix_hashes, self.heads.shape[1])
-        ints = [*(getattr(r, name) for name in _INTS[:-3]), code, len(r.prefix_hashes), head is None]
+        ints = [*(get(r) for get in _INT_GETTERS), code, len(r.prefix_hashes), head is None]
         try:
             self.ints[slot] = ints
-            self.floats[slot] = [getattr(r, name) for name in _FLOATS]
-        except (OverflowError, TypeError, ValueError) as e:
+            self.floats[slot] = [get(r) for get in _FLOAT_GETTERS]
+        except (KeyError, OverflowError, TypeError, ValueError) as e:
             raise InvalidArgumentError(f"request {r.request_id!r}: a field is not an int64: {e}") from None
         self.heads[slot] = 0
         if head is not None:

@@ -8,7 +8,8 @@ enter and leave (:class:`~reasonserve.core.column_store.ColumnStore`), hands the
 :func:`columns_of` gives a policy one code path: the host's columns, or the same columns
 read from the objects (lazily, a field when it is first asked for).
 
-Columns (:data:`NUMERIC`; ints as int64, times as float64), program grouping (a request
+Columns (:data:`NUMERIC`; ints as int64, times as float64, a phase as its index in
+:class:`~reasonserve.core.phase.Phase`, :data:`PHASE_CODES`), program grouping (a request
 without a program is its own program, keyed ``"\\x00" + request_id``: ``program_keys[c]``
 is program c's key, ``program_codes[i]`` request i's program, every key used by some row)
 and the first ``prefix_width`` prefix hashes of each request (``prefix_heads``, int64,
@@ -21,21 +22,25 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from itertools import chain, islice
 from operator import itemgetter
+from typing import Any
 
 import numpy as np
 
 from reasonserve.core.errors import InvalidArgumentError, InvalidTypeError
+from reasonserve.core.phase import Phase
 from reasonserve.core.views import RequestView
 
 __all__ = [
-    "NUMERIC", "PREFIX_WIDTH", "QueueColumns", "columns_of", "field_getter", "prefix_head", "program_key",
+    "NUMERIC", "PHASE_CODES", "PREFIX_WIDTH", "QueueColumns", "column_getter", "columns_of", "field_getter",
+    "prefix_head", "program_key",
 ]  # fmt: skip
 
 NUMERIC: Mapping[str, type] = {
     "arrival_s": np.float64, "enqueued_s": np.float64, "num_prompt_tokens": np.int64,
     "num_computed_tokens": np.int64, "num_output_tokens": np.int64, "priority": np.int64,
-    "num_blocks": np.int64, "blocks_needed": np.int64, "quantum_used": np.int64,
+    "num_blocks": np.int64, "blocks_needed": np.int64, "quantum_used": np.int64, "phase": np.int64,
 }  # fmt: skip
+PHASE_CODES: Mapping[Phase, int] = {phase: code for code, phase in enumerate(Phase)}  # the phase column
 PREFIX_WIDTH = 8  # prefix hashes kept per request as columns (longer matches read the objects)
 _INT64 = np.iinfo(np.int64)
 
@@ -79,6 +84,14 @@ def _program_columns(requests: Sequence) -> tuple[np.ndarray, list[str]]:
 def field_getter(name: str) -> itemgetter:
     """A C-level getter of one :class:`RequestView` field (by position: faster than by name)."""
     return itemgetter(RequestView._fields.index(name))
+
+
+def column_getter(name: str) -> Any:
+    """What column ``name`` of :data:`NUMERIC` holds for one request: its field (the phase's code)."""
+    get = field_getter(name)
+    if name == "phase":
+        return lambda r: PHASE_CODES[get(r)]
+    return get
 
 
 def _prefix_columns(requests: Sequence, width: int) -> tuple[np.ndarray, np.ndarray | None]:
@@ -156,9 +169,11 @@ class QueueColumns:
             raise InvalidArgumentError(f"unknown column {name!r}; columns are {sorted(NUMERIC)}")
         if name not in self._cache:
             try:
-                arr = np.fromiter(map(field_getter(name), self._requests), NUMERIC[name], self.n)
+                arr = np.fromiter(map(column_getter(name), self._requests), NUMERIC[name], self.n)
             except OverflowError as e:
                 raise InvalidArgumentError(f"{name} of some request does not fit in int64: {e}") from None
+            except KeyError as e:
+                raise InvalidArgumentError(f"a request's phase is not a Phase: {e}") from None
             self._put(name, arr)
         return self._cache[name]
 

@@ -48,8 +48,8 @@ def _workload(seed: int, n: int = 24) -> list[tuple[str, list[int], SamplingPara
     return out
 
 
-def _run(path, config: EngineConfig, requests) -> tuple[Engine, dict, float]:
-    engine = Engine.from_pretrained(path, config)
+def _run(path, config: EngineConfig, requests, device, dtype) -> tuple[Engine, dict, float]:
+    engine = Engine.from_pretrained(path, config, device=device, dtype=dtype)
     start = time.perf_counter()
     for name, prompt, params in requests:
         engine.add_request(prompt, params, request_id=name)
@@ -82,10 +82,13 @@ def run_engine_demo(
     json_path: str | None = None,
     out: TextIO,
     progress: Callable[[int, int, str], None] | None = None,
+    device: str = "cpu",
+    dtype: str | None = None,
 ) -> int:
     """Run the demo, print the report, optionally write it as JSON; ``progress(done, total, what)``
-    hears of each of the three runs. Exit status 0 when every deterministic request gave the
-    same tokens in all three runs."""
+    hears of each of the three runs; ``device``/``dtype``: where the engine runs
+    (``Engine.from_pretrained``'s arguments). Exit status 0 when every deterministic request
+    gave the same tokens in all three runs."""
     path = make_tiny_checkpoint(
         tempfile.mkdtemp(prefix="reasonserve-demo-"),
         vocab_size=VOCAB,
@@ -121,7 +124,7 @@ def run_engine_demo(
     for i, (label, config, reqs) in enumerate(runs):
         if progress is not None:
             progress(i, len(runs), label)
-        results.append((label, *_run(path, config, reqs)))
+        results.append((label, *_run(path, config, reqs, device, dtype)))
     report = _report(results, requests, think, runs[0][1])
     _print(report, out)
     if json_path:
@@ -153,7 +156,10 @@ def _report(results, requests, think, config: EngineConfig) -> dict:
                 **_latencies(list(outs.values())),
             }
         )
+    engine = results[0][1]
     settings = {
+        "device": str(engine.model.device),
+        "dtype": str(engine.model.dtype).removeprefix("torch."),
         "mode": config.mode,
         "dvr_window": config.dvr_window,
         "dvr_group_size": config.dvr_group_size,
@@ -182,7 +188,8 @@ _LEGEND = """
 def _print(report: dict, out: TextIO) -> None:
     st = report["settings"]
     out.write(
-        f"reasonserve engine demo: tiny random Qwen2-style model, mode={st['mode']} (DVR window "
+        f"reasonserve engine demo: tiny random Qwen2-style model on {st['device']} ({st['dtype']}), "
+        f"mode={st['mode']} (DVR window "
         f"{st['dvr_window']}, group {st['dvr_group_size']}), KV {st['num_blocks']} blocks x "
         f"{st['block_size']} tokens\n\n"
     )

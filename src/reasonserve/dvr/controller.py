@@ -70,6 +70,7 @@ class DVRCounters:
     verify_tokens: int = 0
     rollbacks: int = 0
     tokens_rolled_back: int = 0
+    verify_s: float = 0.0  # the host's wall time in verify passes
 
 
 def verify_inputs(tokens: Sequence[int], num_prompt: int, state: DVRState) -> tuple[list[int], int]:

@@ -57,7 +57,11 @@ class Engine:
         self.max_model_len = self.config.max_model_len or model.cfg.default_max_model_len
         model.cfg.check_context(self.max_model_len)
         self._eos = self.config.all_eos_token_ids
-        self.runner = ModelRunner(model, self.config.num_blocks, self.config.block_size)
+        cfg = self.config
+        verify = (cfg.dvr_group_size, cfg.dvr_window) if cfg.mode == "dvr" else None
+        self.runner = ModelRunner(model, cfg.num_blocks, cfg.block_size, max_num_seqs=cfg.max_num_seqs,
+                                  max_model_len=self.max_model_len, cuda_graphs=cfg.cuda_graphs,
+                                  verify=verify)  # fmt: skip
         self.scheduler = Scheduler(
             self.config, policy if policy is not None else _named(self.config.policy), self.runner, clock
         )
@@ -68,11 +72,13 @@ class Engine:
 
     @classmethod
     def from_pretrained(
-        cls, path: str | pathlib.Path, config: EngineConfig | None = None, **kwargs
+        cls, path: str | pathlib.Path, config: EngineConfig | None = None, *, device="cpu", dtype=None, **kw
     ) -> Engine:
-        model = DecoderModel.from_pretrained(path)
-        kwargs.setdefault("tokenizer", load_tokenizer(path, model.cfg.vocab_size))
-        return cls(model, config, **kwargs)
+        """``device``/``dtype`` as for :class:`DecoderModel` ("cuda", "bfloat16", ...; dtype
+        None: float32 on CPU, bfloat16 on CUDA)."""
+        model = DecoderModel.from_pretrained(path, device=device, dtype=dtype)
+        kw.setdefault("tokenizer", load_tokenizer(path, model.cfg.vocab_size))
+        return cls(model, config, **kw)
 
     # state, read only ------------------------------------------------------------------
     policy = property(lambda self: self.scheduler.policy)
@@ -178,6 +184,9 @@ class Engine:
             d.verify_passes,
             d.rollbacks,
             d.tokens_rolled_back,
+            d.verify_tokens,
+            d.verify_s,
+            0 if self.runner.graphs is None else self.runner.graphs.replays,
         )
 
     # the loop ----------------------------------------------------------------------------
@@ -198,10 +207,12 @@ class Engine:
             if part:
                 outs += self._run(part, kernels)
         if self.config.mode == "dvr":
+            start = time.perf_counter()  # verify passes end by reading tokens back: wall time is device time
             for seq, err in verify_due(
                 self.running, self.runner, self.config, self.dvr, self._stopped, self.clock
             ):
                 outs += self._settle(seq, err)
+            self.dvr.verify_s += time.perf_counter() - start
         return outs
 
     def _run(self, part: list[tuple[Seq, int]], kernels: Kernels) -> list[RequestOutput]:
@@ -211,7 +222,10 @@ class Engine:
         try:
             logits = self.runner.run(chunks, kernels)
         except Exception as err:
-            return [self._finish(s, "error", error=err) for s, _ in part]
+            if len(part) == 1:
+                return [self._finish(part[0][0], "error", error=err)]
+            # Which request failed the pass? Each runs alone: only the one that fails again fails.
+            return [out for item in part for out in self._run([item], kernels)]
         for seq, n in part:
             if seq.num_computed < len(seq.prompt):  # prompt blocks enter the prefix cache
                 self.blocks.register_full_blocks(

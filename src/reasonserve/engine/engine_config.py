@@ -27,6 +27,10 @@ class EngineConfig:
     of ``dvr_group_size`` x ``dvr_window`` tokens (decode-verify-rollback).
     ``mode="batch_invariant"``: every pass uses the batch-invariant kernels, so every
     request is deterministic and none is verified.
+
+    ``cuda_graphs``: on CUDA, decode steps of up to ``max_num_seqs`` requests replay CUDA
+    graphs captured per batch-size bucket (1, 2, 4, ..., ``max_num_seqs``), for both
+    kernel sets, and verify passes one graph of their fixed shape; ignored on CPU.
     """
 
     block_size: int = 16
@@ -43,6 +47,7 @@ class EngineConfig:
     dvr_window: int = 8
     dvr_group_size: int = 4
     preemption: str = "recompute"  # or "swap": copy the KV to host memory and back
+    cuda_graphs: bool = True  # on CUDA, decode steps and verify passes replay captured graphs
 
     def __post_init__(self) -> None:
         if self.preemption not in ("recompute", "swap"):
@@ -54,6 +59,8 @@ class EngineConfig:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise InvalidArgumentError(f"{name} must be an int >= 1, got {value!r}")
+        if not isinstance(self.cuda_graphs, bool):
+            raise InvalidArgumentError(f"cuda_graphs must be a bool, got {self.cuda_graphs!r}")
         ids = ((self.eos_token_id,) if self.eos_token_id is not None else ()) + tuple(self.eos_token_ids)
         if not all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in ids):
             raise InvalidArgumentError(f"eos token ids must be ints >= 0, got {ids!r}")

@@ -20,4 +20,7 @@ class EngineMetrics:
     num_finished: int  # every finish reason, aborts and errors included
     verify_passes: int
     rollbacks: int
-    tokens_rolled_back: int
+    tokens_rolled_back: int  # fast-path tokens discarded by rollbacks (decoded again after)
+    verify_tokens: int = 0  # query slots of verify passes, padding included
+    verify_s: float = 0.0  # wall time of verify passes (they end by reading tokens back)
+    graph_replays: int = 0  # decode steps and verify passes replayed from a CUDA graph

@@ -21,8 +21,10 @@ from reasonserve import ops
 from reasonserve.core.errors import InvalidArgumentError
 from reasonserve.engine.checkpoint import load_weights
 from reasonserve.engine.config import ModelConfig
+from reasonserve.engine.device import resolve_device, resolve_dtype
 from reasonserve.engine.kernels import INVARIANT, Kernels, PagedMeta
 from reasonserve.engine.rope import rope_tables
+from reasonserve.engine.step_inputs import DeviceStep, check_step
 
 __all__ = ["DecoderModel", "SequenceBatch"]
 
@@ -45,11 +47,13 @@ class SequenceBatch:
 class DecoderModel:
     """Weights plus a functional forward; the KV layout is the caller's (see engine)."""
 
-    def __init__(
-        self, cfg: ModelConfig, weights: dict[str, torch.Tensor], *, dtype=torch.float32, device="cpu"
-    ):
+    def __init__(self, cfg: ModelConfig, weights: dict[str, torch.Tensor], *, dtype=None, device="cpu"):
+        """``device``: "cpu", "cuda" or "cuda:N"; ``dtype``: float32, bfloat16, float16 (or
+        their names; None: float32 on CPU, bfloat16 on CUDA). See ``engine/device.py``."""
         self.cfg = cfg
-        self.dtype, self.device = dtype, torch.device(device)
+        self.device = resolve_device(device)
+        self.dtype = resolve_dtype(dtype, self.device)
+        dtype = self.dtype
         w = {k: v.to(device=self.device, dtype=dtype) for k, v in weights.items()}
         # K-major projection weights: batch-invariant linear runs near stock speed on them.
         self.w = {k: ops.k_major(v) if v.dim() == 2 and "embed" not in k else v for k, v in w.items()}
@@ -91,7 +95,9 @@ class DecoderModel:
         new_kv: list[list[tuple[torch.Tensor, torch.Tensor]]] = [[] for _ in sizes]
         for layer in range(self.cfg.num_hidden_layers):
             h = self._attention_block(kernels, h, positions.to(self.device), sizes, batch, layer, new_kv)
-            h = self._mlp_block(kernels, h, f"model.layers.{layer}.")
+            p = f"model.layers.{layer}."
+            x = kernels.rms_norm(h, self.w[p + "post_attention_layernorm.weight"], self.cfg.rms_norm_eps)
+            h = h + self._mlp(kernels, x, p)
         normed = kernels.rms_norm(h, self.w["model.norm.weight"], self.cfg.rms_norm_eps)
         logits = kernels.linear(normed, self.lm_head)
         stacked = [(torch.stack([k for k, _ in kv]), torch.stack([v for _, v in kv])) for kv in new_kv]
@@ -146,23 +152,37 @@ class DecoderModel:
         (sequences packed in order, see :class:`PagedMeta`); each layer writes the new
         K/V into ``k_cache``/``v_cache`` ``[layers, blocks, Hkv, block_size, D]`` with one
         indexed copy and attends through the block tables. Returns the logits of
-        ``logit_rows`` (all rows when None), ``[len(logit_rows), V]``."""
+        ``logit_rows`` (all rows when None), ``[len(logit_rows), V]``.
+
+        Dtypes, devices and shapes are checked here (typed errors naming the argument);
+        index values are not read back from the device: build the inputs with
+        ``step_inputs.pack``, which checks them on the host."""
+        cfg = self.cfg
+        cache_shape = (cfg.num_hidden_layers, cfg.num_key_value_heads, cfg.head_dim)
+        step = DeviceStep(input_ids, positions, meta, logit_rows)
+        check_step(step, k_cache, v_cache, device=self.device, dtype=self.dtype, cache_shape=cache_shape)
         h = self.embed[input_ids]
         cos, sin = self.cos[positions][:, None], self.sin[positions][:, None]
-        for layer in range(self.cfg.num_hidden_layers):
-            h = self._paged_attention_block(kernels, h, cos, sin, meta, k_cache[layer], v_cache[layer], layer)
-            h = self._mlp_block(kernels, h, f"model.layers.{layer}.")
+        x = kernels.rms_norm(h, self.w["model.layers.0.input_layernorm.weight"], cfg.rms_norm_eps)
+        for layer in range(cfg.num_hidden_layers):
+            p = f"model.layers.{layer}."
+            delta = self._paged_attention(kernels, x, cos, sin, meta, k_cache[layer], v_cache[layer], p)
+            norm = self.w[p + "post_attention_layernorm.weight"]
+            h, x = kernels.add_rms_norm(h, delta, norm, cfg.rms_norm_eps)
+            h, x = kernels.add_rms_norm(h, self._mlp(kernels, x, p), self._next_norm(layer), cfg.rms_norm_eps)
         if logit_rows is not None:
-            h = h[logit_rows]
-        return kernels.linear(
-            kernels.rms_norm(h, self.w["model.norm.weight"], self.cfg.rms_norm_eps), self.lm_head
-        )
+            x = x[logit_rows]
+        return kernels.linear(x, self.lm_head)
 
-    def _paged_attention_block(
-        self, kern: Kernels, h, cos, sin, meta: PagedMeta, k_cache, v_cache, layer: int
-    ) -> torch.Tensor:
-        cfg, p, n = self.cfg, f"model.layers.{layer}.", h.shape[0]
-        x = kern.rms_norm(h, self.w[p + "input_layernorm.weight"], cfg.rms_norm_eps)
+    def _next_norm(self, layer: int) -> torch.Tensor:
+        """The norm that follows layer ``layer``'s residual stream: the next layer's input norm
+        or the final one."""
+        last = layer + 1 == self.cfg.num_hidden_layers
+        return self.w["model.norm.weight" if last else f"model.layers.{layer + 1}.input_layernorm.weight"]
+
+    def _paged_attention(self, kern: Kernels, x, cos, sin, meta: PagedMeta, k_cache, v_cache, p: str):
+        """The attention sublayer's output (before the residual add) for normed ``x [N, H]``."""
+        cfg, n = self.cfg, x.shape[0]
         hq, hkv, d = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
         if kern.fused:  # one projection for q, k and v (stock kernels only: bits may differ)
             q, k, v = kern.linear(x, *self.fused[p + "qkv"]).split([hq * d, hkv * d, hkv * d], dim=-1)
@@ -170,11 +190,10 @@ class DecoderModel:
             q, k, v = (self._linear(kern, x, p + f"self_attn.{name}_proj") for name in "qkv")
         q, k = self._qk_norm(kern, q.reshape(n, hq, d), k.reshape(n, hkv, d), p)
         q, k = _rotate(q, cos, sin), _rotate(k, cos, sin)
-        v = v.reshape(n, hkv, d)
         k_cache[meta.slot_blocks, :, meta.slot_offsets] = k
-        v_cache[meta.slot_blocks, :, meta.slot_offsets] = v
+        v_cache[meta.slot_blocks, :, meta.slot_offsets] = v.reshape(n, hkv, d)
         attn = kern.paged_attention(q, k_cache, v_cache, meta).reshape(n, -1)
-        return h + self._linear(kern, attn, p + "self_attn.o_proj")
+        return self._linear(kern, attn, p + "self_attn.o_proj")
 
     def _qk_norm(self, kern: Kernels, q, k, p: str) -> tuple[torch.Tensor, torch.Tensor]:
         """Qwen3: RMSNorm of each head's query and key over ``head_dim`` (``[..., D]``)."""
@@ -185,13 +204,13 @@ class DecoderModel:
         kn = kern.rms_norm(k.reshape(-1, k.shape[-1]), self.w[p + "self_attn.k_norm.weight"], eps)
         return qn.view(q.shape), kn.view(k.shape)
 
-    def _mlp_block(self, kern: Kernels, h: torch.Tensor, p: str) -> torch.Tensor:
-        x = kern.rms_norm(h, self.w[p + "post_attention_layernorm.weight"], self.cfg.rms_norm_eps)
+    def _mlp(self, kern: Kernels, x: torch.Tensor, p: str) -> torch.Tensor:
+        """The MLP sublayer's output (before the residual add) for normed ``x``."""
         if kern.fused:
             gate, up = kern.linear(x, *self.fused[p + "gate_up"]).chunk(2, dim=-1)
         else:
             gate, up = self._linear(kern, x, p + "mlp.gate_proj"), self._linear(kern, x, p + "mlp.up_proj")
-        return h + self._linear(kern, kern.silu(gate) * up, p + "mlp.down_proj")
+        return self._linear(kern, kern.silu(gate) * up, p + "mlp.down_proj")
 
     def _check(self, batch: SequenceBatch) -> None:
         if not (len(batch.new_tokens) == len(batch.start) == len(batch.cache)):

@@ -1,89 +1,82 @@
 """Runs one packed batch through the model over the paged KV cache, and samples.
 
 The runner knows nothing about queues or policies: it gets chunks (token ids, the
-position of the first, the request's block table) and a kernel set, builds the packed
-inputs and the block-table metadata once per call, runs ``DecoderModel.forward_paged``
-(which writes the new K/V with one indexed copy per layer and attends through the
-block tables), and returns the logits rows asked for.
+position of the first, the request's block table) and a kernel set, packs and checks
+the inputs on the host and copies them to the device once per call
+(``step_inputs``), runs ``DecoderModel.forward_paged`` (which writes the new K/V with
+one indexed copy per layer and attends through the block tables) — a decode step on
+CUDA from a captured graph (``cuda_graphs``), as is a verify pass — and returns the
+logits rows asked for.
+Sampling reads the tokens back in one copy, together with a per-row flag for
+non-finite logits, which fail their own request only.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import NamedTuple
 
 import torch
 
 from reasonserve import ops
-from reasonserve.engine.kernels import INVARIANT, Kernels, PagedMeta
+from reasonserve.core.errors import InvalidArgumentError
+from reasonserve.engine.cuda_graphs import Capture, StepGraphs, cuda_capture
+from reasonserve.engine.kernels import INVARIANT, Kernels
 from reasonserve.engine.kv_cache import PagedKVCache
 from reasonserve.engine.model import DecoderModel
 from reasonserve.engine.sampling_params import SamplingParams
+from reasonserve.engine.step_inputs import Chunk, DeviceStep, Staging, pack
 
 __all__ = ["Chunk", "ModelRunner"]
 
 
-class Chunk(NamedTuple):
-    """``tokens`` to run from position ``start`` of a request with block ``table``;
-    ``pad_to`` pads the chunk with dummy queries (their K/V go to the scratch block);
-    ``want`` is how many of its last real rows need logits. (A named tuple: the host
-    builds one per request per step.)"""
-
-    tokens: list[int]
-    start: int
-    table: Sequence[int]
-    want: int = 1
-    pad_to: int = 0
-
-
 class ModelRunner:
-    def __init__(self, model: DecoderModel, num_blocks: int, block_size: int) -> None:
+    def __init__(
+        self,
+        model: DecoderModel,
+        num_blocks: int,
+        block_size: int,
+        *,
+        max_num_seqs: int = 32,
+        max_model_len: int | None = None,
+        cuda_graphs: bool = True,
+        verify: tuple[int, int] | None = None,
+        capture: Capture | None = None,
+    ) -> None:
+        """Decode steps and verify passes (``verify``: their shape, ``(dvr_group_size,
+        dvr_window)``) run from CUDA graphs when the model is on CUDA and ``cuda_graphs`` is
+        set; ``capture`` overrides how a graph is made (tests: ``lambda fn: fn`` runs the
+        graphs' static buffers and padding eagerly, on any device)."""
         self.model = model
         self.cache = PagedKVCache(model.cfg, num_blocks, block_size, dtype=model.dtype, device=model.device)
         self.block_size = block_size
+        self.staging = Staging(model.device)
+        if capture is None and cuda_graphs and model.device.type == "cuda":
+            capture = cuda_capture()
+        self.graphs = None if capture is None else StepGraphs(
+            self.forward, self.stage, max_num_seqs=max_num_seqs,
+            max_model_len=max_model_len or model.cfg.default_max_model_len, block_size=block_size,
+            scratch=self.cache.scratch, device=model.device, capture=capture, verify=verify,
+        )  # fmt: skip
+
+    def stage(self, chunks: Sequence[Chunk]) -> DeviceStep:
+        """Pack and check ``chunks`` on the host and copy them to the device."""
+        cfg = self.model.cfg
+        host = pack(chunks, self.block_size, self.cache.scratch, cfg.vocab_size, cfg.max_context_len)
+        return self.staging.to_device(host)
+
+    def forward(self, step: DeviceStep, kernels: Kernels) -> torch.Tensor:
+        return self.model.forward_paged(
+            step.input_ids, step.positions, step.meta, self.cache.k, self.cache.v, kernels=kernels,
+            logit_rows=step.rows,
+        )  # fmt: skip
 
     def run(self, chunks: Sequence[Chunk], kernels: Kernels = INVARIANT) -> torch.Tensor:
         """Logits ``[sum(want), V]`` in chunk order."""
-        ids, positions, meta, rows = self._pack(chunks)
-        dev = self.model.device
-        return self.model.forward_paged(
-            ids.to(dev),
-            positions.to(dev),
-            meta,
-            self.cache.k,
-            self.cache.v,
-            kernels=kernels,
-            logit_rows=rows.to(dev),
-        )
-
-    def _pack(self, chunks: Sequence[Chunk]) -> tuple[torch.Tensor, torch.Tensor, PagedMeta, torch.Tensor]:
-        """Packed ids, positions, paged metadata and logit rows, with per-chunk Python work
-        limited to a few scalars; slots and positions are computed as tensors."""
-        bs, scratch = self.block_size, self.cache.scratch
-        real = torch.tensor([len(c.tokens) for c in chunks])
-        n = torch.maximum(real, torch.tensor([c.pad_to for c in chunks]))
-        start = torch.tensor([c.start for c in chunks])
-        width = int(((start + n + bs - 1) // bs).max())
-        flat: list[int] = []  # one flat list: torch.tensor on nested lists is slow
-        for c in chunks:
-            flat += c.table[:width]
-            flat += [scratch] * (width - len(c.table))
-        table = torch.tensor(flat, dtype=torch.long).view(len(chunks), width)
-        owner = torch.repeat_interleave(torch.arange(len(chunks)), n)  # chunk of each row
-        first = torch.cumsum(n, 0) - n
-        index = torch.arange(int(n.sum())) - first[owner]  # row index within its chunk
-        positions = start[owner] + index
-        is_real = index < real[owner]
-        blocks = torch.where(is_real, table[owner, positions // bs], scratch)
-        ids = torch.zeros(len(index), dtype=torch.long)
-        ids[is_real] = torch.tensor([t for c in chunks for t in c.tokens], dtype=torch.long)
-        want = torch.tensor([c.want for c in chunks])
-        rows = (index >= real[owner] - want[owner]) & is_real
-        meta = PagedMeta(
-            table.to(torch.int32), (start + n).to(torch.int32), n.to(torch.int32), blocks, positions % bs
-        )
-        max_pos = self.model.cfg.max_context_len - 1
-        return ids, positions.clamp(max=max_pos), meta, rows.nonzero().flatten()
+        if self.graphs is not None:
+            logits = self.graphs.run(chunks, kernels)
+            if logits is not None:
+                return logits
+        return self.forward(self.stage(chunks), kernels)
 
     # sampling -----------------------------------------------------------------------
     @staticmethod
@@ -115,20 +108,18 @@ class ModelRunner:
 
 
 def _sample(logits, params, seeds, positions) -> list[int | Exception]:
-    """Greedy rows take ``ops.greedy`` (the bits ``ops.sample`` gives them, without drawing
-    noise for the whole vocabulary); the others one ``ops.sample`` call."""
+    """Greedy rows take the argmax (first index on ties: the bits ``ops.sample`` gives
+    them, without drawing noise for the whole vocabulary); the others one ``ops.sample``
+    call. Tokens and the non-finite-row flags come back in one copy."""
+    bad = ~torch.isfinite(logits).all(dim=-1)
+    tokens = logits.argmax(dim=-1)
     drawn = [i for i, p in enumerate(params) if p.temperature != 0]
-    if not drawn:
-        return ops.greedy(logits).tolist()
-    greedy = [i for i, p in enumerate(params) if p.temperature == 0]
-    out: list[int | Exception] = [0] * len(params)
-    if greedy:
-        for i, token in zip(greedy, ops.greedy(logits[greedy]).tolist(), strict=True):
-            out[i] = token
     if drawn:
+        rows = torch.tensor(drawn, device=logits.device)
+        clean = torch.where(bad[rows, None], 0.0, logits[rows])  # nothing non-finite reaches the sampler
         ps = [params[i] for i in drawn]
-        tokens = ops.sample(
-            logits[drawn],
+        tokens[rows] = ops.sample(
+            clean,
             seeds=[seeds[i] for i in drawn],
             positions=[positions[i] for i in drawn],
             temperature=[p.temperature for p in ps],
@@ -136,6 +127,11 @@ def _sample(logits, params, seeds, positions) -> list[int | Exception]:
             top_p=[p.top_p for p in ps],
             min_p=[p.min_p for p in ps],
         )
-        for i, token in zip(drawn, tokens.tolist(), strict=True):
-            out[i] = token
-    return out
+    values, flags = torch.stack([tokens, bad.long()]).tolist()
+    return [_non_finite(p) if bad else t for p, t, bad in zip(positions, values, flags, strict=True)]
+
+
+def _non_finite(position: int) -> Exception:
+    return InvalidArgumentError(
+        f"logits at position {position} are not finite (NaN or inf): nothing can be sampled from them"
+    )

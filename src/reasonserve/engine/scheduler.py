@@ -1,12 +1,13 @@
 """The scheduler: queues, frozen views, a policy object's decisions, blocks, preemption.
 
-Each step :meth:`Scheduler.schedule` builds a :class:`SchedulerView`, asks the policy,
-validates every decision (``decision_check``: all or none are applied), applies them
-(stop/abort, preempt, admit in the given order), then hands out the step's token
-budget in the policy's order (``Order``/``TokenBudget``; by default running order,
-decodes first) and grows block tables. The scheduler never picks whom to admit or
-preempt, with one exception for liveness: when no running request can get a block
-and the policy preempted nothing, the last request in the step's order is preempted.
+Each step :meth:`Scheduler.schedule` builds a :class:`SchedulerView`, asks the policy and
+follows the host contract every host shares (:mod:`reasonserve.core.hosting`): it validates
+every decision (all or none are applied), applies them (stop/abort, preempt, admit in the
+given order), then hands out the step's token budget in the policy's order
+(``Order``/``TokenBudget``; by default running order, decodes first) and grows block tables.
+The scheduler never picks whom to admit or preempt, with one exception for liveness: when
+no running request can get a block and the policy preempted nothing, the last request in
+the step's order is preempted.
 
 The waiting queue is also kept as columns (:class:`~reasonserve.core.column_store.ColumnStore`,
 updated as requests enter and leave it), so the view's waiting requests and their
@@ -19,10 +20,10 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from reasonserve.core.column_store import ColumnStore
+from reasonserve.core.hosting import Plan, check_decisions, hand_out_live
 from reasonserve.core.policy import check_policy, policy_name
 from reasonserve.core.views import ProgramView, RequestView, SchedulerView
 from reasonserve.engine.block_manager import BlockManager, OutOfBlocks
-from reasonserve.engine.decision_check import Plan, check_decisions
 from reasonserve.engine.engine_config import EngineConfig
 from reasonserve.engine.model_runner import ModelRunner
 from reasonserve.engine.sequence import Sequence
@@ -41,7 +42,6 @@ class Scheduler:
         self.running: list[Sequence] = []
         self.by_id: dict[str, Sequence] = {}
         self.steps = self.num_preemptions = 0
-        self._growth: dict[str, int] = {}  # per running request, computed with this step's view
 
     # queues --------------------------------------------------------------------------
     def add(self, seq: Sequence) -> None:
@@ -78,9 +78,16 @@ class Scheduler:
         bs = self.config.block_size
         return max(0, (len(seq.prompt) + len(seq.output) + bs - 1) // bs - len(seq.block_table))
 
-    def view_growth(self, seq: Sequence) -> int:
-        """:meth:`growth` as computed for this step's view (nothing changed since)."""
-        return self._growth[seq.request_id]
+    # what the host contract reads (reasonserve.core.hosting.Host) ----------------------
+    @property
+    def free_blocks(self) -> int:
+        return self.blocks.num_free
+
+    def lookup(self, request_id: str) -> Sequence | None:
+        return self.by_id.get(request_id)
+
+    def released(self, leaving: list[Sequence]) -> int:
+        return self.blocks.released_by([s.block_table for s in leaving])
 
     def admission_blocks(self, seq: Sequence) -> int:
         """Blocks admitting a waiting request takes at most (prefix-cache hits take fewer)."""
@@ -92,11 +99,9 @@ class Scheduler:
         return _request_view(s, 0, self.admission_blocks(s), 0, s.swapped is not None)
 
     def view(self) -> SchedulerView:
-        growth = self._growth = {s.request_id: self.growth(s) for s in self.running}
-
         def running(s: Sequence) -> RequestView:
             held = self.blocks.exclusive(s.block_table)
-            return _request_view(s, held, growth[s.request_id], s.quantum_used, False)
+            return _request_view(s, held, self.growth(s), s.quantum_used, False)
 
         cfg = self.config
         waiting, columns = self.queue.snapshot()
@@ -173,29 +178,22 @@ class Scheduler:
         self._enqueue(seq)
 
     def _hand_out(self, plan: Plan) -> list[tuple[Sequence, int]]:
-        first = [s for s in map(self.by_id.get, plan.order) if s is not None and s.status == "running"]
-        named = set(plan.order)
-        rest = [(s, s.num_pending) for s in self.running if s.request_id not in named]
-        rest.sort(key=lambda item: item[1] > 1)  # decodes first (stable: running order)
-        budget, out = self.config.max_num_batched_tokens, []
-        for seq, pending in [(s, s.num_pending) for s in first] + rest:
-            n = min(pending, budget, plan.budgets.get(seq.request_id, budget))
-            if n < 1:
-                continue
-            if seq.num_computed + n > len(seq.block_table) * self.config.block_size:  # grow (no shared
-                try:  # block is ever written: forks and the prefix cache share full blocks only)
-                    for src, dst in self.blocks.ensure_capacity(seq.block_table, seq.num_computed + n):
-                        self.runner.cache.copy_block(src, dst)
-                except OutOfBlocks:
-                    continue
-            out.append((seq, n))
-            budget -= n
-        if not out and self.running and not plan.preempt:
-            blocked = [s for s in first + [s for s, _ in rest] if plan.budgets.get(s.request_id, 1) > 0]
-            if blocked:  # liveness: nobody could grow; free the last one's blocks
-                self.preempt(blocked[-1], self.config.preemption)
-                return self._hand_out(Plan(order=plan.order, budgets=plan.budgets))
-        return out
+        return hand_out_live(
+            plan, self.running, lookup=self.by_id.get, pending=lambda seqs: [s.num_pending for s in seqs],
+            grow=self._grow, max_num_batched_tokens=self.config.max_num_batched_tokens,
+            preempt=lambda s: self.preempt(s, self.config.preemption),
+        )  # fmt: skip
+
+    def _grow(self, seq: Sequence, n: int) -> bool:
+        """Blocks for ``n`` more tokens of ``seq`` (no shared block is ever written: forks and
+        the prefix cache share full blocks only); False, nothing taken, when none are free."""
+        if seq.num_computed + n > len(seq.block_table) * self.config.block_size:
+            try:
+                for src, dst in self.blocks.ensure_capacity(seq.block_table, seq.num_computed + n):
+                    self.runner.cache.copy_block(src, dst)
+            except OutOfBlocks:
+                return False
+        return True
 
 
 def _request_view(s: Sequence, blocks_held: int, blocks_needed: int, quantum_used: int, swapped: bool):

@@ -309,8 +309,11 @@ def sample(
     impl : "auto" (Triton on CUDA, the native kernel on CPU, else torch), "torch",
         "native" or "triton"; all give the same bits
 
-    Raises ``InvalidArgumentError`` for a row of all ``-inf`` (after reading the tokens:
-    the call's one host sync) and for bad parameters.
+    Raises
+    ------
+    InvalidArgumentError
+        For a row of all ``-inf`` (after reading the tokens: the call's one host sync)
+        and for bad parameters.
 
     Notes
     -----

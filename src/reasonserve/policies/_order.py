@@ -6,26 +6,22 @@ request, so these keep the passes few and leave the rest to numpy: a sort by one
 reads it once into numpy (a queue already in order costs that one pass; the request-id
 tie-break is applied only when the field has ties), and numpy rankings are read lazily,
 so a caller that stops once admission is blocked pays for little more than the sort.
-
-A module of the compiled set (:mod:`reasonserve.native`): requests and views are typed
-``Any`` (a :class:`~reasonserve.core.views.RequestView`, a
-:class:`~reasonserve.core.views.SchedulerView`), so the compiled code reads them as Python
-does instead of checking their declared types.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from itertools import pairwise
-from operator import attrgetter, eq
-from typing import Any
+from operator import attrgetter
 
 import numpy as np
 
 from reasonserve.core.columns import columns_of, field_getter
+from reasonserve.core.views import RequestView, SchedulerView
 
 __all__ = [
     "BY_ID",
+    "SHORT",
     "argsort_lazily",
     "chunked",
     "column_order",
@@ -40,22 +36,23 @@ __all__ = [
 
 BY_ID = attrgetter("request_id")
 getter = field_getter  # a C-level getter of one RequestView field (by position)
+SHORT = 256  # below this many requests Python's sort beats numpy's passes
 
 
-def ordered(requests: Sequence[Any], field: str) -> list[Any]:
+def ordered(requests: Sequence[RequestView], field: str) -> list[RequestView]:
     """``requests`` sorted by ``(field, request_id)``. A numeric field is read once into
     numpy: a queue already in strictly increasing order (hosts queue by arrival) is returned
     as it is, one in non-decreasing order (requests queued at the same time) has only its
     runs of equal keys ordered by id (:func:`order_tie_runs`), one without ties is put in
     order by a numpy argsort; other ties, NaNs and other types (a str anywhere, ints beyond
     int64, tuples) take the plain sort (:func:`ordered_plain`), which also raises where the
-    keys cannot be compared."""
+    keys cannot be compared. A list shorter than :data:`SHORT` takes the plain sort at once."""
     n = len(requests)
+    if n < SHORT:
+        return ordered_plain(requests, field)
     keys = np.array(list(map(getter(field), requests)))
     if keys.ndim != 1 or keys.dtype.kind not in "iuf":
         return ordered_plain(requests, field)
-    if n < 2:
-        return list(requests)
     rising = keys[1:] >= keys[:-1]  # NaN compares False: neither in-order branch with one
     if bool(rising.all()):
         equal = np.flatnonzero(keys[1:] == keys[:-1])
@@ -71,7 +68,9 @@ def ordered(requests: Sequence[Any], field: str) -> list[Any]:
     return ordered_plain(requests, field)
 
 
-def order_tie_runs(requests: Sequence[Any], equal: list[int], key: Callable[[Any], Any]) -> list[Any] | None:
+def order_tie_runs(
+    requests: Sequence[RequestView], equal: list[int], key: Callable[[RequestView], object]
+) -> list[RequestView] | None:
     """``requests`` (in non-decreasing order of their numpy keys) with each run of equal
     keys sorted by id (stable: :func:`ordered_plain`'s order); ``equal``: the ascending
     ``i`` whose numpy key equals the next one's. None when a run's Python values differ
@@ -91,7 +90,7 @@ def order_tie_runs(requests: Sequence[Any], equal: list[int], key: Callable[[Any
     return out
 
 
-def column_order(keys: np.ndarray, requests: Sequence[Any]) -> np.ndarray | None:
+def column_order(keys: np.ndarray, requests: Sequence[RequestView]) -> np.ndarray | None:
     """The indices of ``requests`` in :func:`ordered`'s order, from ``keys`` (a host's column:
     ``keys[i]`` is ``requests[i]``'s field) instead of the objects: one numpy sort (none for
     a column already in strictly increasing order), the ids read only when keys tie. None
@@ -111,7 +110,7 @@ def column_order(keys: np.ndarray, requests: Sequence[Any]) -> np.ndarray | None
     return lex_order([keys], lambda: list(map(BY_ID, requests)))
 
 
-def waiting_ordered(view: Any, field: str) -> Iterable[Any]:
+def waiting_ordered(view: SchedulerView, field: str) -> Iterable[RequestView]:
     """``view.waiting`` by ``(field, request_id)`` (:func:`ordered`'s order): from the host's
     column of ``field`` when it has one (read lazily, a caller that stops early pays for
     the sort and what it read), else (or with a NaN key) :func:`ordered` on the objects."""
@@ -122,20 +121,15 @@ def waiting_ordered(view: Any, field: str) -> Iterable[Any]:
     return ordered(view.waiting, field)
 
 
-def ordered_plain(requests: Sequence[Any], field: str) -> list[Any]:
-    """:func:`ordered` by Python's sort (the definition; ties put in request-id order)."""
-    get = attrgetter(field)
-    out = sorted(requests, key=get)
-    keys = list(map(get, out))
-    if any(map(eq, keys, keys[1:])):  # ties in the field: order them by request id
-        out = sorted(sorted(requests, key=BY_ID), key=get)
-    return out
+def ordered_plain(requests: Sequence[RequestView], field: str) -> list[RequestView]:
+    """:func:`ordered` by Python's sort of ``(field, request_id)`` (the definition)."""
+    return sorted(requests, key=attrgetter(field, "request_id"))
 
 
 def _tie_starts(order: np.ndarray, keys: Sequence[np.ndarray]) -> np.ndarray:
     """Where, in ``order``, each run of entries equal on every key starts (NaNs are equal:
     numpy sorts them last, and their ties are broken like any other, not by position)."""
-    new: Any = np.ones(len(order), bool)
+    new = np.ones(len(order), bool)
     if len(order) > 1:
         new[1:] = False
         for k in keys:
@@ -156,12 +150,12 @@ def lex_order(keys: Sequence[np.ndarray], tie_breaker: Callable[[], Sequence]) -
     if len(_tie_starts(order, keys)) == len(order):
         return order
     tie_break = tie_breaker()
-    rank: Any = np.empty(len(tie_break), np.intp)
+    rank = np.empty(len(tie_break), np.intp)
     rank[sorted(range(len(tie_break)), key=tie_break.__getitem__)] = np.arange(len(tie_break))
     return np.lexsort((rank, *reversed(keys)))
 
 
-def ranked_lazily(requests: Sequence[Any], keys: Sequence[np.ndarray]) -> Iterator[Any]:
+def ranked_lazily(requests: Sequence[RequestView], keys: Sequence[np.ndarray]) -> Iterator[RequestView]:
     """``requests`` in order of ``(keys[0], keys[1], ..., request_id)`` (numpy arrays, one
     entry per request), lazily: the keys are sorted in numpy and a run of ties is put in id
     order only when the walk reaches it, so a caller that stops early (admission blocked)

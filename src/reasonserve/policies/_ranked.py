@@ -6,33 +6,38 @@ seat if its held blocks plus its growth still fit the budget left by better-rank
 requests, otherwise it is preempted; a waiting request is admitted if its blocks fit.
 Admission is head-of-line: after the first waiting request that does not fit, no later
 one is admitted (so a large request is not starved by a stream of small ones).
-
-A module of the compiled set (:mod:`reasonserve.native`): the views, requests and program
-groupings a host hands in are typed ``Any`` here, so they are read field by field as
-Python reads them (compiled code would check the declared types and refuse, say, a float
-block count that the source accepts): the same decisions, or the same errors, either way.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from itertools import chain
 from operator import add, attrgetter
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from reasonserve.core.decisions import Admit, Decision, Preempt
+from reasonserve.core.views import RequestView, SchedulerView
 from reasonserve.policies._order import BY_ID
 
-__all__ = ["decide_programs", "decide_ranked", "decide_running_first", "decide_segments"]
+if TYPE_CHECKING:
+    from reasonserve.policies._programs import Programs
+
+__all__ = ["Fill", "Segment", "all_fit", "decide_programs", "decide_ranked", "decide_running_first",
+           "decide_segments"]  # fmt: skip
+
+# one segment of a ranking: (running requests, waiting requests, the key both are sorted by)
+Segment = tuple[Sequence[RequestView], Iterable[RequestView], Callable[[RequestView], tuple]]
 
 _NUM_BLOCKS = attrgetter("num_blocks")
 _BLOCKS_NEEDED = attrgetter("blocks_needed")
 _RUN = 4  # running requests below which one at a time beats summing them
 
 
-def decide_ranked(view: Any, ranked: Iterable[Any], mode: Any = None) -> list[Decision]:
+def decide_ranked(
+    view: SchedulerView, ranked: Iterable[RequestView], mode: str | None = None
+) -> list[Decision]:
     """``ranked``: every request of ``view.running`` and ``view.waiting``, best first (an
     iterable: it is read only until admission is blocked and every running request is seen)."""
     running_ids = set(map(BY_ID, view.running))
@@ -62,15 +67,15 @@ def decide_ranked(view: Any, ranked: Iterable[Any], mode: Any = None) -> list[De
 
 
 def decide_running_first(
-    view: Any,
-    running: Any,
-    waiting: Iterable[Any],
-    mode: Any = None,
+    view: SchedulerView,
+    running: Sequence[RequestView],
+    waiting: Iterable[RequestView],
+    mode: str | None = None,
 ) -> list[Decision]:
     """:func:`decide_ranked` over ``running`` (every running request, best first) then
     ``waiting`` (read lazily). When every running request keeps its seat their order
     cannot change a decision: then waiting requests are admitted with what is left."""
-    fill = _Fill(view, mode)
+    fill = Fill(view, mode)
     if not _all_fit(fill, running):
         return decide_ranked(view, chain(running, waiting), mode)
     for r in waiting:
@@ -80,23 +85,23 @@ def decide_running_first(
     return fill.admits
 
 
-class _Fill:
+class Fill:
     """The running state of one ranked fill: blocks and seats left, decisions so far."""
 
-    def __init__(self, view: Any, mode: Any) -> None:
+    def __init__(self, view: SchedulerView, mode: str | None) -> None:
         self.budget = view.free_blocks + sum(map(_NUM_BLOCKS, view.running))
         self.seats, self.mode, self.blocked = view.max_num_seqs, mode, False
         self.admits: list[Decision] = []
         self.preempts: list[Decision] = []
 
-    def running(self, r: Any) -> None:
+    def running(self, r: RequestView) -> None:
         cost = r.num_blocks + r.blocks_needed
         if self.seats >= 1 and cost <= self.budget:
             self.budget, self.seats = self.budget - cost, self.seats - 1
         else:
             self.preempts.append(Preempt(r.request_id, self.mode))
 
-    def running_many(self, running: Any) -> None:
+    def running_many(self, running: Sequence[RequestView]) -> None:
         """:meth:`running` for each, in order; at once when none can keep its seat."""
         if not running:
             return
@@ -109,7 +114,7 @@ class _Fill:
             mode = self.mode
             self.preempts += [Preempt(rid, mode) for rid in map(BY_ID, running)]
 
-    def running_run(self, running: Any) -> None:
+    def running_run(self, running: Sequence[RequestView]) -> None:
         """:meth:`running` for each, in order; at once when they all keep their seats (no
         negative cost, and together they fit: then so does each in turn)."""
         if len(running) < _RUN:
@@ -124,7 +129,7 @@ class _Fill:
             for r in running:
                 self.running(r)
 
-    def waiting(self, r: Any) -> None:
+    def waiting(self, r: RequestView) -> None:
         if self.seats >= 1 and r.blocks_needed <= self.budget:
             self.admits.append(Admit(r.request_id))
             self.budget, self.seats = self.budget - r.blocks_needed, self.seats - 1
@@ -133,24 +138,24 @@ class _Fill:
 
 
 def decide_segments(
-    view: Any,
-    segments: Iterable[Any],
-    mode: Any = None,
+    view: SchedulerView,
+    segments: Iterable[Segment],
+    mode: str | None = None,
 ) -> list[Decision]:
     """:func:`decide_ranked` over a ranking given as segments, best segment first; each is
     (running, waiting, key) with both sorted by ``key`` and interleaved by it (waiting: any
     iterable, read lazily). Once admission is blocked the waiting iterables are not read
     again, so a long queue costs its sort (C-level) rather than a Python loop over it."""
-    fill = _Fill(view, mode)
+    fill = Fill(view, mode)
     fill_segments(fill, segments)
     return fill.preempts + fill.admits
 
 
-def fill_segments(fill: _Fill, segments: Iterable[Any]) -> None:
+def fill_segments(fill: Fill, segments: Iterable[Segment]) -> None:
     """:func:`decide_segments`'s fill into ``fill`` (a host of several head-of-line blocks
     resets ``fill.blocked`` between calls). The running requests after the last waiting
     one read (admission blocked, or the waiting ones all read) are taken as a run
-    (:meth:`_Fill.running_run`)."""
+    (:meth:`Fill.running_run`)."""
     for running, waiting, key in segments:
         queued = iter(waiting)
         nxt = None if fill.blocked else next(queued, None)
@@ -166,13 +171,15 @@ def fill_segments(fill: _Fill, segments: Iterable[Any]) -> None:
             fill.running_run(running[i:] if i else running)
 
 
-def decide_programs(view: Any, programs: Any, program_order: Any, mode: Any = None) -> list[Decision]:
+def decide_programs(
+    view: SchedulerView, programs: Programs, program_order: np.ndarray, mode: str | None = None
+) -> list[Decision]:
     """:func:`decide_ranked` over ``programs.requests`` (``view.running + view.waiting``)
     ranked program by program in ``program_order`` (best first), each program's requests
     by id. Programs are visited only until admission is blocked; the running requests of
     the programs not visited are then seen in the same ranked order (or not at all when
     they all fit: then the order cannot change a decision)."""
-    fill, reqs, nrun = _Fill(view, mode), programs.requests, len(view.running)
+    fill, reqs, nrun = Fill(view, mode), programs.requests, len(view.running)
     grouped, starts = programs.members()
     visited = len(program_order)
     for pos, g in enumerate(program_order.tolist()):
@@ -187,7 +194,7 @@ def decide_programs(view: Any, programs: Any, program_order: Any, mode: Any = No
         if fill.blocked:
             visited = pos + 1
             break
-    rank: Any = np.empty(len(program_order), np.intp)
+    rank = np.empty(len(program_order), np.intp)
     rank[program_order] = np.arange(len(program_order))
     run_rank = rank[programs.codes[:nrun]]
     rest = np.flatnonzero(run_rank >= visited).tolist()
@@ -198,7 +205,18 @@ def decide_programs(view: Any, programs: Any, program_order: Any, mode: Any = No
     return fill.preempts + fill.admits
 
 
-def _all_fit(fill: _Fill, running: Any) -> bool:
+def all_fit(view: SchedulerView) -> bool:
+    """Whether every running request keeps its seat, in any order: they fit the seats and,
+    with no negative count, the blocks together (:meth:`Fill.running` for each, in turn)."""
+    running = view.running
+    if len(running) > view.max_num_seqs:
+        return False
+    held = [r.num_blocks for r in running]
+    needed = [r.blocks_needed for r in running]
+    return sum(needed) <= view.free_blocks and min(held + needed, default=0) >= 0
+
+
+def _all_fit(fill: Fill, running: Sequence[RequestView]) -> bool:
     """Whether every one of ``running`` keeps its seat, in any order (then take them)."""
     cost = sum(map(_NUM_BLOCKS, running)) + sum(map(_BLOCKS_NEEDED, running))
     if len(running) > fill.seats or cost > fill.budget:

@@ -22,6 +22,9 @@ from reasonserve.core.views import RequestView
 
 __all__ = ["InstanceLoad", "LeastKVRouter", "PascalRouter", "Router"]
 
+_INT_ONLY = frozenset({int})
+_COUNTS = ("kv_blocks_footprint", "num_reasoning", "num_fresh_answering", "free_kv_blocks")
+
 
 @dataclass(frozen=True, slots=True)
 class InstanceLoad:
@@ -36,39 +39,12 @@ class InstanceLoad:
         if not isinstance(self.instance_id, str):
             kind = type(self.instance_id).__name__
             raise InvalidTypeError(f"InstanceLoad.instance_id must be a str, got {kind}")
-        for name in ("kv_blocks_footprint", "num_reasoning", "num_fresh_answering", "free_kv_blocks"):
-            value = getattr(self, name)
+        counts = (self.kv_blocks_footprint, self.num_reasoning, self.num_fresh_answering, self.free_kv_blocks)
+        if _INT_ONLY.issuperset(map(type, counts)) and min(counts) >= 0:  # built per instance per event
+            return
+        for name, value in zip(_COUNTS, counts, strict=True):
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:
                 raise InvalidArgumentError(f"InstanceLoad.{name} must be an int >= 0, got {value!r}")
-
-    @classmethod
-    def unchecked(
-        cls, instance_id: str, footprint: int, slo_ok: bool, reasoning: int, fresh: int, free: int
-    ) -> InstanceLoad:
-        """The same load without :meth:`__post_init__`'s checks, for a host whose values are
-        valid by construction (counts of its own requests and blocks; the simulator builds
-        tens of thousands per run)."""
-        load = _new(cls)
-        _ID(load, instance_id)
-        _FOOTPRINT(load, footprint)
-        _SLO_OK(load, slo_ok)
-        _REASONING(load, reasoning)
-        _FRESH(load, fresh)
-        _FREE(load, free)
-        return load
-
-
-_new = object.__new__
-# InstanceLoad's slot setters, in field order: unchecked() and the simulator's compiled
-# builder (reasonserve.sim.quiet.instance_load) set every field with them
-LOAD_SETTERS = tuple(
-    getattr(InstanceLoad, name).__set__
-    for name in (
-        "instance_id", "kv_blocks_footprint", "answering_slo_ok", "num_reasoning", "num_fresh_answering",
-        "free_kv_blocks",
-    )
-)  # fmt: skip
-_ID, _FOOTPRINT, _SLO_OK, _REASONING, _FRESH, _FREE = LOAD_SETTERS
 
 
 class Router(Protocol):

@@ -17,7 +17,7 @@ stops it (eos, stop string) or ``max_tokens``; the answer is then extracted from
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import cast
 
@@ -87,20 +87,23 @@ class CoTWithProbe:
         return GenerateRequest(prompt, max_tokens=max_tokens, temperature=self.temperature, top_p=self.top_p,
                                seed=self.seed, priority=self.priority, stop=self.stop)  # fmt: skip
 
-    async def run(self, client: EngineClient, prompt: str | Sequence[int], *, trace: Trace | None = None
-                  ) -> ProgramResult:  # fmt: skip
-        """Reason on ``prompt`` (text, or token ids for clients with token ids)."""
+    async def run(self, client: EngineClient, prompt: str | Sequence[int], *, trace: Trace | None = None,
+                  on_chunk: Callable[[GenerateResult], None] | None = None) -> ProgramResult:  # fmt: skip
+        """Reason on ``prompt`` (text, or token ids for clients with token ids).
+        ``on_chunk``: called with each chunk the reasoning takes, when it takes it (a
+        chunk dropped by an early exit is never passed), e.g. to stream the reasoning."""
         trace = trace if trace is not None else Trace("cot")
         flight = InFlight(client, trace, "cot")
-        run = _Run(self, client, flight, trace)
+        run = _Run(self, client, flight, trace, on_chunk)
         return await run_guarded("CoTWithProbe", lambda: run.go(prompt), trace, flight)
 
 
 class _Run:
     """One run's state: the prefix (ids or text), the reasoning so far, the rule state."""
 
-    def __init__(self, cfg: CoTWithProbe, client: EngineClient, flight: InFlight, trace: Trace) -> None:
-        self.cfg, self.flight, self.trace = cfg, flight, trace
+    def __init__(self, cfg: CoTWithProbe, client: EngineClient, flight: InFlight, trace: Trace,
+                 on_chunk: Callable[[GenerateResult], None] | None = None) -> None:  # fmt: skip
+        self.cfg, self.flight, self.trace, self.on_chunk = cfg, flight, trace, on_chunk
         self.use_ids = client.capabilities.token_ids
         self.state = cfg.rule.start()
         self.reasoning, self.text_prefix = "", ""
@@ -114,6 +117,8 @@ class _Run:
         self.text_prefix = prompt if isinstance(prompt, str) else ""
         if not isinstance(prompt, str) and not self.use_ids:
             raise InvalidArgumentError("token-id prompts need a client with token ids")
+        if not isinstance(prompt, str):
+            self.ids = list(prompt)  # hosts that return no prompt ids (SGLang) need not
         chunk = self.flight.generate(cfg._request(prompt, min(cfg.chunk_tokens, cfg.max_tokens)))
         certainty = 0.0
         while True:
@@ -149,6 +154,8 @@ class _Run:
         self.trace.tokens_generated += n
         self.trace.num_chunks += 1
         self.trace.event("chunk", tokens=n, finish_reason=res.finish_reason)
+        if self.on_chunk is not None:
+            self.on_chunk(res)
 
     async def _probe(self, tail: str) -> StopDecision:
         cfg, trace = self.cfg, self.trace

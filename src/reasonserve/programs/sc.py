@@ -1,10 +1,19 @@
-"""Self-consistency with certainindex allocation (Dynasor §3, SPEC 1.2 and 2.2).
+"""Self-consistency with certainindex allocation (Dynasor §3 and §5.2.1, SPEC 1.2 and 2.2).
 
-Samples are drawn ``samples_per_step`` at a time (concurrently); after each step the
-answers are grouped by equivalence and the semantic-entropy certainty is read; the
-allocation ``policy`` (:mod:`reasonserve.certainindex.allocation`: threshold, Pareto
-cap, even, length) grants another step or denies, and the program returns the
-majority answer (ties: the answer seen first).
+Samples are issued in rounds: ``first_step`` of them at the start (None:
+``samples_per_step``), then ``samples_per_step`` more each time no sample is live. After
+*each* finished sample (in the order they finish) the knob (samples finished) goes up by
+one, its answer joins the others (grouped by equivalence) and the semantic-entropy
+certainty is read; the allocation ``policy`` (:mod:`reasonserve.certainindex.allocation`:
+threshold, Pareto cap, even, length) then grants more compute or denies it. Denied, the
+program aborts its live samples (their KV is freed at once), issues no more, and returns
+the majority answer (ties: the answer seen first). So ``first_step=5`` with
+``ThresholdPolicy(0.7, detect_at=5)`` and ``samples_per_step=8, max_samples=8`` is the
+paper's two rounds (detect@5, then the rest), and ``samples_per_step=max_samples`` with a
+policy stops live samples as soon as the certainty passes.
+
+``program_id`` (optional, per run) names the program's requests ``{program_id}/s{i}``,
+so a host sees them as one program and a simulated run is the same run every time.
 """
 
 from __future__ import annotations
@@ -33,6 +42,7 @@ class SelfConsistency:
     cap whatever the policy grants (a policy that always grants still ends)."""
 
     samples_per_step: int = 4
+    first_step: int | None = None  # samples of the first round (None: samples_per_step)
     max_tokens: int = 1024
     max_samples: int = 256
     policy: object = field(default_factory=lambda: EvenPolicy(8))
@@ -43,8 +53,10 @@ class SelfConsistency:
     stop: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
-        for name in ("samples_per_step", "max_tokens", "max_samples"):
+        for name in ("samples_per_step", "max_tokens", "max_samples", "first_step"):
             value = getattr(self, name)
+            if name == "first_step" and value is None:
+                continue
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise InvalidArgumentError(f"{name} must be an int >= 1, got {value!r}")
         if not callable(getattr(self.policy, "grant", None)):
@@ -53,42 +65,82 @@ class SelfConsistency:
         GenerateRequest("x", max_tokens=self.max_tokens, temperature=self.temperature, top_p=self.top_p,
                         seed=self.seed, priority=self.priority, stop=self.stop)  # fmt: skip
 
-    async def run(self, client: EngineClient, prompt: str | Sequence[int], *, trace: Trace | None = None
-                  ) -> ProgramResult:  # fmt: skip
+    async def run(self, client: EngineClient, prompt: str | Sequence[int], *, trace: Trace | None = None,
+                  program_id: str | None = None) -> ProgramResult:  # fmt: skip
+        if program_id is not None and (not isinstance(program_id, str) or not program_id):
+            raise InvalidArgumentError(f"program_id must be a non-empty str or None, got {program_id!r}")
         trace = trace if trace is not None else Trace("sc")
         flight = InFlight(client, trace, "sc")
-        return await run_guarded("SelfConsistency", lambda: self._loop(flight, prompt), trace, flight)
+        return await run_guarded("SelfConsistency", lambda: self._loop(flight, prompt, program_id), trace,
+                                 flight)  # fmt: skip
 
-    async def _loop(self, flight: InFlight, prompt) -> ProgramResult:
-        trace = flight.trace
-        classes, entropy = AnswerClasses(), SemanticEntropy()
-        state, certainty = entropy.start(), 0.0
-        votes: Counter[int] = Counter()
-        texts: dict[int, str] = {}
-        knob = 0
+    async def _loop(self, flight: InFlight, prompt, program_id: str | None) -> ProgramResult:
+        trace, vote = flight.trace, _Vote()
+        finished: asyncio.Queue[asyncio.Task] = asyncio.Queue()  # in the order they finish
+        live: set[asyncio.Task] = set()
+        issued = knob = 0
         grant = self.policy.grant  # type: ignore[attr-defined]
-        while knob < self.max_samples and grant(ProgramStatus(knob, certainty, trace.tokens_generated)):
-            step = min(self.samples_per_step, self.max_samples - knob)
-            tasks = [flight.generate(self._request(prompt, knob + i)) for i in range(step)]
-            for res in await asyncio.gather(*tasks):
-                n = len(res.token_ids) if res.token_ids is not None else len(res.text.split())
-                trace.tokens_generated += n
-                answer = extract_answer(res.text)
-                cid = classes.add(answer) if answer else -1
-                certainty = entropy.update(state, cid)
-                if cid >= 0:
-                    votes[cid] += 1
-                    texts.setdefault(cid, res.text)
-                trace.event("sample", tokens=n, answer=answer, certainty=certainty)
-            knob += step
+        granted = grant(ProgramStatus(0, 0.0, 0))
+        while granted and knob < self.max_samples:
+            if not live:  # the next round
+                size = self.samples_per_step if issued or self.first_step is None else self.first_step
+                for i in range(issued, min(self.max_samples, issued + size)):
+                    rid = None if program_id is None else f"{program_id}/s{i}"
+                    task = flight.generate(self._request(prompt, i, rid))
+                    task.add_done_callback(finished.put_nowait)
+                    live.add(task)
+                issued = max(issued, min(self.max_samples, issued + size))
+            try:
+                task = await finished.get()
+            except asyncio.CancelledError:  # as gather: the samples are cancelled, and awaited
+                for live_task in live:
+                    live_task.cancel()
+                if live:
+                    await asyncio.wait(live)
+                raise
+            live.discard(task)
+            res = task.result()
+            n = len(res.token_ids) if res.token_ids is not None else len(res.text.split())
+            trace.tokens_generated += n
+            answer = extract_answer(res.text) if res.finish_reason in _ANSWERED else None
+            certainty = vote.add(answer, res.text)
+            trace.event("sample", tokens=n, answer=answer, certainty=certainty)
+            knob += 1
+            granted = grant(ProgramStatus(knob, certainty, trace.tokens_generated))
+        for task in live:  # denied (or at the cap): the live samples stop now
+            await flight.cancel(task)
         trace.exit = "denied" if knob < self.max_samples else "budget"
-        if not votes:
-            return ProgramResult(None, "", certainty, trace)
-        best = max(votes, key=lambda c: (votes[c], -c))
-        return ProgramResult(classes.representative(best), texts[best], certainty, trace)
+        return vote.result(trace)
 
-    def _request(self, prompt, i: int) -> GenerateRequest:
+    def _request(self, prompt, i: int, request_id: str | None = None) -> GenerateRequest:
         seed = None if self.seed is None else (self.seed + i) % 2**63  # as the engines' seeds
         return GenerateRequest(prompt, max_tokens=self.max_tokens, temperature=self.temperature,
-                               top_p=self.top_p, seed=seed, priority=self.priority,
-                               stop=self.stop)  # fmt: skip
+                               top_p=self.top_p, seed=seed, priority=self.priority, stop=self.stop,
+                               request_id=request_id)  # fmt: skip
+
+
+_ANSWERED = ("stop", "length")  # a sample aborted or failed on the host has no answer
+
+
+class _Vote:
+    """The answers so far: their classes, the semantic-entropy certainty, the majority."""
+
+    def __init__(self) -> None:
+        self.classes, self.entropy = AnswerClasses(), SemanticEntropy()
+        self.state, self.certainty = self.entropy.start(), 0.0
+        self.votes: Counter[int] = Counter()
+        self.texts: dict[int, str] = {}
+
+    def add(self, answer: str | None, text: str) -> float:
+        cid = self.classes.add(answer) if answer else -1
+        self.certainty = self.entropy.update(self.state, cid)
+        if cid >= 0:
+            self.votes[cid] += 1
+            self.texts.setdefault(cid, text)
+        return self.certainty
+
+    def result(self, trace: Trace) -> ProgramResult:
+        if not self.votes:
+            return ProgramResult(None, "", self.certainty, trace)
+        best = max(self.votes, key=lambda c: (self.votes[c], -c))  # class ids count up as first seen
+        return ProgramResult(self.classes.representative(best), self.texts[best], self.certainty, trace)

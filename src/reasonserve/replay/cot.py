@@ -28,7 +28,7 @@ import re
 from reasonserve.certainindex.answers import extract_boxed, normalize_answer, stated_answer
 from reasonserve.certainindex.answers.equivalence import AnswerClasses, equivalent
 from reasonserve.core.errors import InvalidArgumentError
-from reasonserve.replay._jsonl import read_jsonl
+from reasonserve.recordings.jsonl import read_jsonl
 from reasonserve.replay.probe_rules import TokenWindowRule
 from reasonserve.replay.probe_runs import Trajectory, _runs
 

@@ -29,7 +29,7 @@ from reasonserve.certainindex.answers import AnswerClasses, equivalent, extract_
 from reasonserve.certainindex.estimators import ProbeConsistency
 from reasonserve.certainindex.stopping import ProbeObservation
 from reasonserve.core.errors import InvalidArgumentError
-from reasonserve.replay._jsonl import read_jsonl
+from reasonserve.recordings.jsonl import read_jsonl
 
 Grade = Callable[[str, str], bool]  # grade(answer, target), shaped like equivalent()
 

@@ -34,7 +34,7 @@ from reasonserve.core.errors import InvalidArgumentError
 from reasonserve.replay._stats import kendall_tau_b, pearson
 
 if TYPE_CHECKING:  # sc imports this module
-    from reasonserve.replay.sc import SCQuestion
+    from reasonserve.recordings.sc import SCQuestion
 
 __all__ = ["SignalCorrelation", "majority_settled_at", "signal_correlations"]
 

@@ -18,12 +18,12 @@ import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
+from reasonserve.engine.choice_text import ChoiceText
 from reasonserve.engine.logprobs import TokenLogprobs
 from reasonserve.serve.metrics import ServerMetrics
 from reasonserve.serve.reasoning_parser import ReasoningStream, ReasoningTokenCounter
 from reasonserve.serve.runner import EngineRunner, Event
 from reasonserve.serve.sampling import Capacity, Job, Plan
-from reasonserve.serve.text import ChoiceText
 
 __all__ = ["ChoiceDelta", "ChoiceState", "Generation"]
 

@@ -20,6 +20,7 @@ __all__ = [
     "CompletionRequest",
     "DetokenizeRequest",
     "StreamOptions",
+    "StrictModel",
     "TextPart",
     "TokenizeRequest",
     "ToolCall",
@@ -36,6 +37,9 @@ _Stop = Annotated[str, Field(min_length=1, max_length=256)]
 
 class _Strict(BaseModel):
     model_config = ConfigDict(strict=True, extra="forbid", allow_inf_nan=False)
+
+
+StrictModel = _Strict  # the base of every body here: other hosts' schemas (the gateway) extend it
 
 
 class StreamOptions(_Strict):

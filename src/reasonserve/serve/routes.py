@@ -32,7 +32,7 @@ from reasonserve.serve.responses import final_body, sse, stream_chunk
 from reasonserve.serve.runner import EngineRunner
 from reasonserve.serve.sampling import Capacity, Plan
 
-__all__ = ["Generator"]
+__all__ = ["Generator", "race_disconnect"]
 
 T = TypeVar("T")
 
@@ -58,7 +58,7 @@ class Generator:
         if plan.stream:
             return StreamingResponse(self._stream(gen), media_type="text/event-stream")
         try:
-            await _race_disconnect(request, _drain(gen))
+            await race_disconnect(request, _drain(gen))
         finally:
             gen.close()
         failed = [c for c in gen.choices.values() if c.error is not None]
@@ -105,7 +105,7 @@ async def _drain(gen: Generation) -> None:
         pass
 
 
-async def _race_disconnect(request: Request, work) -> None:
+async def race_disconnect(request: Request, work) -> None:
     """Run ``work``; cancel it if the client disconnects first."""
     task = asyncio.ensure_future(work)
     watcher = asyncio.ensure_future(_disconnected(request))

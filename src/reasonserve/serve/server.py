@@ -14,13 +14,14 @@ import asyncio
 import contextlib
 import signal
 import threading
+from collections.abc import Awaitable, Callable
 
 from reasonserve.serve.app import create_app
 from reasonserve.serve.config import ServeConfig
 from reasonserve.serve.limits import timed_h11_protocol
 from reasonserve.serve.runner import EngineRunner
 
-__all__ = ["FLUSH_S", "draining_server", "serve", "uvicorn_config"]
+__all__ = ["FLUSH_S", "draining_server", "run_server", "serve", "signals_end_the_drain", "uvicorn_config"]
 
 FLUSH_S = 5.0  # after the drain deadline: time for the failed requests' replies to go out
 
@@ -57,11 +58,30 @@ def serve(
     server = draining_server(config, runner, cfg.drain_timeout_s)
     holder.append(server)
     try:
-        with _signals_end_the_drain():
+        with signals_end_the_drain():
             server.run()
     finally:
         runner.close(cfg.drain_timeout_s)
     return 1 if runner.error is not None else 0
+
+
+def run_server(server, cleanup: Callable[[], Awaitable[None]] | None = None) -> None:
+    """``server.serve()`` on the event loop uvicorn's config names (uvloop where installed,
+    as ``server.run()`` would), then ``await cleanup()`` on that same loop (e.g. closing
+    the app's HTTP clients)."""
+
+    async def main() -> None:
+        try:
+            await server.serve()
+        finally:
+            if cleanup is not None:
+                await cleanup()
+
+    if not hasattr(asyncio, "Runner"):  # Python 3.10: the default loop
+        asyncio.run(main())
+        return
+    with asyncio.Runner(loop_factory=server.config.get_loop_factory()) as runner:
+        runner.run(main())
 
 
 def draining_server(config, runner: EngineRunner, drain_timeout_s: float):
@@ -81,7 +101,7 @@ def draining_server(config, runner: EngineRunner, drain_timeout_s: float):
 
 
 @contextlib.contextmanager
-def _signals_end_the_drain():
+def signals_end_the_drain():
     """uvicorn re-raises SIGTERM/SIGINT after its graceful shutdown, into the handler that
     was there before it; make that handler a no-op so the runner is closed and the exit
     status says whether the engine was healthy."""

@@ -1,26 +1,39 @@
 """A seeded discrete-event simulator of N serving instances with a roofline cost model,
-running the same policy objects as the embedded engine. Its per-step modules run compiled
-when the build could compile them (:mod:`reasonserve.native`)."""
+running the same policy objects as the embedded engine.
 
-from reasonserve.sim.config import SimConfig
-from reasonserve.sim.cost_model import RooflineCostModel
-from reasonserve.sim.hardware import HARDWARE, HardwareSpec
-from reasonserve.sim.metrics import percentile, request_metrics, summarize, tail_ttft_by_bin
-from reasonserve.sim.model_spec import MODELS, ModelSpec
-from reasonserve.sim.profile import (
+* :mod:`~reasonserve.sim.cluster`: the event loop, the instances and their quiet stretches;
+* :mod:`~reasonserve.sim.workloads`: requests, Poisson workloads, replayed serving traces;
+* :mod:`~reasonserve.sim.programs`: reasoning programs (self-consistency) on the cluster;
+* :mod:`~reasonserve.sim.beam`: FlashTTS's beam-search serving on one GPU;
+* :mod:`~reasonserve.sim.metrics`, :mod:`~reasonserve.sim.plots`, :mod:`~reasonserve.sim.cli`:
+  what a run reports, and ``reasonserve sim``.
+
+The cost models come from :mod:`reasonserve.cost` (re-exported here)."""
+
+from reasonserve.cost import (  # the cost models the simulator times steps with
+    HARDWARE,
+    MODELS,
+    HardwareSpec,
+    ModelSpec,
     ProfileCostModel,
     ProfileRow,
     ProfileTable,
+    RooflineCostModel,
     fit_profile,
     load_profile,
     save_profile,
 )
-from reasonserve.sim.program_workload import load_sc_records, sc_program_workload
-from reasonserve.sim.programs import ProgramPlan, ProgramRuntime, SCProgram, WithPrograms
-from reasonserve.sim.result import SimResult
-from reasonserve.sim.simulator import simulate
-from reasonserve.sim.traces import load_lengths
-from reasonserve.sim.workload import LengthTable, SimRequest, poisson_workload
+from reasonserve.sim.cluster import SimConfig, SimResult, simulate
+from reasonserve.sim.metrics import percentile, request_metrics, summarize, tail_ttft_by_bin
+from reasonserve.sim.programs import (
+    ProgramPlan,
+    ProgramRuntime,
+    SCProgram,
+    WithPrograms,
+    load_sc_records,
+    sc_program_workload,
+)
+from reasonserve.sim.workloads import LengthTable, SimRequest, load_lengths, poisson_workload
 
 __all__ = [
     "HARDWARE",

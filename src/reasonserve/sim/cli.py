@@ -10,19 +10,19 @@ from collections.abc import Callable
 from typing import TextIO
 
 from reasonserve.core.errors import InvalidArgumentError
+from reasonserve.cost.hardware import HARDWARE
+from reasonserve.cost.model_spec import MODELS
+from reasonserve.cost.profile import load_profile
 from reasonserve.policies.router import LeastKVRouter, PascalRouter, Router
-from reasonserve.sim.config import SimConfig
-from reasonserve.sim.hardware import HARDWARE
+from reasonserve.sim.cluster.config import SimConfig
+from reasonserve.sim.cluster.simulator import simulate
 from reasonserve.sim.metrics import summarize
-from reasonserve.sim.model_spec import MODELS
 from reasonserve.sim.plots import write_png
-from reasonserve.sim.profile import load_profile
-from reasonserve.sim.program_cli import add_program_args, run_programs
-from reasonserve.sim.servegen_arrivals import retimed
-from reasonserve.sim.simulator import simulate
-from reasonserve.sim.trace_workloads import TRACE_SOURCES, trace_workload
-from reasonserve.sim.traces import load_lengths
-from reasonserve.sim.workload import poisson_workload
+from reasonserve.sim.programs.cli import add_program_args, run_programs
+from reasonserve.sim.workloads.replayed import TRACE_SOURCES, trace_workload
+from reasonserve.sim.workloads.requests import poisson_workload
+from reasonserve.sim.workloads.servegen import retimed
+from reasonserve.sim.workloads.traces import load_lengths
 
 __all__ = ["add_sim_parser", "run_sim"]
 
@@ -73,15 +73,18 @@ def add_sim_parser(sub) -> None:
     w.add_argument("--rate", type=float, default=2.0, help="Poisson arrival rate, requests/s (all instances)")
     w.add_argument("--requests", type=int, default=500, help="number of requests")
     w.add_argument("--program-size", type=int, default=1, help="requests per program (e.g. SC samples)")
-    w.add_argument("--seed", type=int, default=0)
+    w.add_argument("--seed", type=int, default=0, help="seed of the workload and of sampling")
     c = p.add_argument_group("cost model and cluster")
-    c.add_argument("--hardware", choices=sorted(HARDWARE), default="h100")
-    c.add_argument("--model", choices=sorted(MODELS), default="qwen2.5-32b")
-    c.add_argument("--instances", type=int, default=8)
+    c.add_argument("--hardware", choices=sorted(HARDWARE), default="h100",
+                   help="accelerator preset of the roofline cost model")
+    c.add_argument("--model", choices=sorted(MODELS), default="qwen2.5-32b",
+                   help="model preset (weights, KV size per token)")
+    c.add_argument("--instances", type=int, default=8, help="simulated serving instances")
     c.add_argument(
         "--kv-tokens", type=int, default=None, help="KV capacity per instance (default: from memory)"
     )
-    c.add_argument("--preemption", choices=("swap", "recompute"), default="swap")
+    c.add_argument("--preemption", choices=("swap", "recompute"), default="swap",
+                   help="swap KV to host memory or recompute it")
     c.add_argument(
         "--cost-model",
         choices=("roofline", "profile"),
@@ -101,10 +104,11 @@ def add_sim_parser(sub) -> None:
         type=int,
         default=1,
         help="decode iterations a decode-only batch may run per policy decision (1: exact; "
-        "larger: faster, see reasonserve.sim.run)",
+        "larger: faster, see reasonserve.sim.cluster.run)",
     )
     q = p.add_argument_group("policy")
-    q.add_argument("--policy", choices=POLICIES, default="pascal")
+    q.add_argument("--policy", choices=POLICIES, default="pascal",
+                   help="scheduling policy inside each instance")
     q.add_argument(
         "--router",
         choices=tuple(ROUTERS),

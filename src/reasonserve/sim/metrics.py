@@ -9,8 +9,8 @@ import statistics
 from collections.abc import Sequence
 
 from reasonserve.policies.pacer import TokenPacer
-from reasonserve.sim.result import SimResult
-from reasonserve.sim.sequence import SimSequence
+from reasonserve.sim.cluster.result import SimResult
+from reasonserve.sim.cluster.sequence import SimSequence
 
 __all__ = ["percentile", "request_metrics", "summarize", "tail_ttft_by_bin"]
 

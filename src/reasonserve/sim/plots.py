@@ -7,8 +7,8 @@ from __future__ import annotations
 import pathlib
 
 from reasonserve.policies.pacer import TokenPacer
+from reasonserve.sim.cluster.result import SimResult
 from reasonserve.sim.metrics import request_metrics, tail_ttft_by_bin
-from reasonserve.sim.result import SimResult
 
 __all__ = ["write_png"]
 

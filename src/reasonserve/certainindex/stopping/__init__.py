@@ -7,6 +7,7 @@ very same ``observe`` calls, so what is measured there is what a host runs.
 
 * :mod:`.observation` — the interface: observations, decisions, rule protocols;
 * :mod:`.agree_span` — the agree-span rule (Dynasor) and its "last k agree" baseline;
+* :mod:`.window_consistency` — Dynasor's window consistency with a tolerance;
 * :mod:`.features` — incremental features of a probe stream;
 * :mod:`.learned` — the learned rule over those features, and :func:`default_rule`,
   the shipped one (:mod:`.shipped_rule` holds its fitted weights).
@@ -23,6 +24,7 @@ from reasonserve.certainindex.stopping.observation import (
     StopDecision,
     StoppingRule,
 )
+from reasonserve.certainindex.stopping.window_consistency import WindowConsistencyRule
 
 __all__ = [
     "FEATURE_GROUPS",
@@ -36,6 +38,7 @@ __all__ = [
     "RuleState",
     "StopDecision",
     "StoppingRule",
+    "WindowConsistencyRule",
     "default_rule",
     "fit_logistic",
     "window_rule",
