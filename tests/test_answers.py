@@ -90,7 +90,7 @@ def test_normalize_answer(raw, normal):
 
 
 def test_hostile_text_keeps_the_right_answer():
-    # time bounds on hostile text are asserted in tests/test_equivalence_bounds.py
+    # work bounds on hostile text are asserted in tests/test_equivalence_bounds.py
     assert extract_answer("{" * 100_000 + r"\boxed{" * 1000) is None  # nothing closes
     # nesting deeper than any answer ends the box scan: the last number is the answer
     assert extract_answer(r"\boxed{" * 5000 + "7" + "}" * 5000) == "7"

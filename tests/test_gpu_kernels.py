@@ -60,11 +60,12 @@ def test_gemm_rows_same_bits_under_every_bucket(dtype, k, n):
     assert_close(first.float(), (x.double() @ w.double().t()).float(), atol * math.sqrt(k), rtol, "vs float64")
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
 @pytest.mark.parametrize(("k", "n"), [(896, 4864), (4864, 896), (896, 151936)])
-def test_linear_rows_invariant_across_m_at_qwen_shapes(k, n):
+def test_linear_rows_invariant_across_m_at_qwen_shapes(dtype, k, n):
     gen = torch.Generator(device=DEV).manual_seed(n)
-    x = _randn(gen, 1024, k)
-    w = _randn(gen, n, k, scale=k**-0.5)
+    x = _randn(gen, 1024, k, dtype=dtype)
+    w = _randn(gen, n, k, dtype=dtype, scale=k**-0.5)
     full = ops.linear(x, w)
     for m in (1, 15, 16, 17, 64, 65, 256, 257):
         assert_bitwise_equal(ops.linear(x[-m:], w), full[-m:], f"M={m} (buckets): {SWITCH}")
@@ -218,5 +219,30 @@ def test_paged_unchecked_bad_tables_never_fault(op):
     tables.copy_(torch.randint(-(2**31), 2**31 - 1, tables.shape, device=DEV, generator=gen))
     lens.copy_(torch.randint(1, 2048 + 1, lens.shape, device=DEV, generator=gen))
     out = op(q, kc, vc, tables, lens, torch.ones_like(lens), max_seq_len=2048, max_query_len=1, check=False)
+    torch.cuda.synchronize()  # an illegal access would surface here
+    assert out.shape == q.shape
+
+
+# (seq_lens, query_lens) of 8 sequences over 8 query rows, each breaking check=False's
+# promise: past max_seq_len, negative, int32 extremes, more queries than keys, counts
+# summing past / short of the rows, negative counts.
+_LYING = [
+    ([4096] * 8, [1] * 8), ([2**31 - 64] * 8, [1] * 8), ([-5, 9] * 4, [1] * 8), ([-(2**31)] * 8, [1] * 8),
+    ([1] * 8, [4, 4, 0, 0, 0, 0, 0, 0]), ([2048] * 8, [2] * 8), ([2048] * 8, [1, 0, 0, 0, 0, 0, 0, 0]),
+    ([2048] * 8, [-3, 11, 0, 0, 0, 0, 0, 0]), ([2048] * 8, [2**30, -(2**31), 1, 1, 1, 1, 1, 1]),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("op", [ops.paged_attention, ops.paged_attention_stock])
+@pytest.mark.parametrize(("seq_lens", "query_lens"), _LYING)
+def test_paged_unchecked_lying_lengths_never_fault(op, seq_lens, query_lens):
+    """Any broken length, with valid tables: no illegal access and no long walk (a program
+    walking 2**31 keys would take minutes; the kernel clamps to max_seq_len)."""
+    gen = torch.Generator(device=DEV).manual_seed(19)
+    q, kc, vc, tables, lens = _graph_case(gen, 28, 4, 128)
+    _refill(gen, q, kc, tables, lens)
+    lens.copy_(torch.tensor(seq_lens, dtype=torch.int32))
+    qlens = torch.tensor(query_lens, dtype=torch.int32, device=DEV)
+    out = op(q, kc, vc, tables, lens, qlens, max_seq_len=2048, max_query_len=4, check=False)
     torch.cuda.synchronize()  # an illegal access would surface here
     assert out.shape == q.shape

@@ -245,12 +245,10 @@ def test_each_feature_moves_the_logits_far_beyond_the_tolerance(saved, name, wit
 def test_rope_frequencies_and_attention_factor_equal_transformers(saved, name):
     """At positions the logits tests cannot reach, the frequencies decide: compare them."""
     path, hf = saved(name)
-    rope = ModelConfig.from_pretrained(path).rope
-    rotary = hf.model.rotary_emb
-    torch.testing.assert_close(
-        _inv_freq(rope, 32 if "qwen3" in name else 16).float(), rotary.inv_freq, atol=0, rtol=2e-6
-    )
-    assert _attention_factor(rope) == pytest.approx(rotary.attention_scaling, rel=1e-12)
+    cfg = ModelConfig.from_pretrained(path)
+    rope, rotary = cfg.rope, hf.model.rotary_emb
+    assert torch.equal(_inv_freq(rope, 32 if "qwen3" in name else 16, cfg.max_context_len), rotary.inv_freq)
+    assert _attention_factor(rope) == rotary.attention_scaling
 
 
 def test_dynamic_ntk_is_capped_at_max_position_embeddings(saved):

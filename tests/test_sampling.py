@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from reasonserve import ops
-from reasonserve.core.errors import InvalidArgumentError
-from reasonserve.ops.sampling import DEAD_ROW, INACTIVE_ROW
+from reasonserve.core.errors import InvalidArgumentError, InvalidTypeError
+from reasonserve.ops.sampling import BAD_ROW, DEAD_ROW, INACTIVE_ROW
 
 
 def _chi2_critical(df: int, z: float) -> float:
@@ -156,6 +156,15 @@ def _battery(dtype, rows=6, vocab=1537, seed=0):
     return logits, kw, filters
 
 
+def _ready(impl, monkeypatch):
+    """Skip an implementation this machine lacks; Triton runs in its interpreter on CPU."""
+    if impl == "native" and not _native_built():
+        pytest.skip("the native extension is not built here")
+    if impl == "triton":
+        pytest.importorskip("triton", reason="Triton is not installed")
+        monkeypatch.setenv("TRITON_INTERPRET", "1")
+
+
 def _native_built():
     from reasonserve.ops import sampling
 
@@ -196,11 +205,7 @@ def test_dead_rows_nan_rows_and_ties_follow_the_rules():
 
 @pytest.mark.parametrize("impl", ["torch", "native", "triton"])
 def test_sample_into_writes_one_hot_rows_in_place_and_skips_the_rest(impl, monkeypatch):
-    if impl == "native" and not _native_built():
-        pytest.skip("the native extension is not built here")
-    if impl == "triton":
-        pytest.importorskip("triton", reason="Triton is not installed")
-        monkeypatch.setenv("TRITON_INTERPRET", "1")
+    _ready(impl, monkeypatch)
     logits, kw, _ = _battery(torch.float32)
     logits[1, 11] = 0.0
     before = logits.clone()
@@ -258,3 +263,39 @@ def test_gpu_sampler_gives_cpu_tokens_without_sync_or_extra_memory(rows):
         torch.cuda.set_sync_debug_mode("default")
     assert torch.cuda.max_memory_allocated() - start <= logits.numel() * logits.element_size()
     assert torch.equal(got.cpu(), want)
+
+
+@pytest.mark.parametrize("impl", ["torch", "native", "triton"])
+def test_sample_into_rows_outside_the_logits_read_and_write_nothing(impl, monkeypatch):
+    """A ``rows`` tensor is not read back: an entry outside [0, N) gives BAD_ROW, and no
+    implementation reads or writes outside ``logits`` for it (guard rows around a view)."""
+    _ready(impl, monkeypatch)
+    battery, kw, _ = _battery(torch.float32)
+    storage = torch.randn(battery.shape[0] + 2, battery.shape[1], generator=torch.Generator().manual_seed(3))
+    storage[1:-1] = battery
+    logits, before = storage[1:-1], storage.clone()
+    n = logits.shape[0]
+    rows = torch.tensor([0, -1, n, 4, n + 10**6, -(2**40)])
+    tokens = ops.sample_into(logits, rows=rows, one_hot=True, impl=impl, **kw)
+    assert tokens[[1, 2, 4, 5]].tolist() == [BAD_ROW] * 4
+    assert torch.equal(storage[0], before[0]) and torch.equal(storage[-1], before[-1]), "a guard row changed"
+    for i, r in ((0, 0), (3, 4)):
+        alone = ops.sample(before[1 + r : 2 + r], seeds=kw["seeds"][i], positions=kw["positions"][i],
+                           temperature=kw["temperature"][i], impl="torch")  # fmt: skip
+        assert tokens[i].item() == alone.item()
+        assert torch.isfinite(logits[r]).nonzero().flatten().tolist() == [alone.item()]
+    untouched = [r for r in range(n) if r not in (0, 4)]
+    bits = logits[untouched].view(torch.int32)  # row 1 holds a NaN
+    assert torch.equal(bits, before[1:-1][untouched].view(torch.int32)), "a row not sampled changed"
+
+
+def test_sample_into_checks_the_rows_tensor_on_the_host():
+    logits, kw, _ = _battery(torch.float32)
+    with pytest.raises(InvalidTypeError, match="rows"):
+        ops.sample_into(logits, rows=torch.arange(6.0), **kw)
+    with pytest.raises(InvalidTypeError, match="rows"):
+        ops.sample_into(logits, rows=torch.ones(6, dtype=torch.bool), **kw)
+    with pytest.raises(InvalidArgumentError, match="rows"):
+        ops.sample_into(logits, rows=torch.arange(6).reshape(2, 3), **kw)
+    with pytest.raises(InvalidArgumentError, match=r"shape \[5\]"):
+        ops.sample_into(logits, rows=torch.arange(5), **kw)  # 6 per-row parameters for 5 rows

@@ -87,6 +87,21 @@ def test_request_templates_need_the_servers_trust(folder, client, hf_tok):
         runner.close()
 
 
+def test_a_template_that_renders_nothing_is_a_400_naming_it(folder):
+    """An empty rendering (here the sandbox's empty string for ``__class__``) would reach
+    the engine as an empty prompt: the 400 names the template, before any engine work."""
+    runner, trusting = _client(folder, ServeConfig(model_name="m", trust_request_chat_template=True))
+    try:
+        for template in ("{{ messages.__class__ }}", "{% if false %}x{% endif %}"):
+            reply = _chat(trusting, chat_template=template)
+            error = reply.json()["error"]
+            assert reply.status_code == 400 and error["param"] == "chat_template", error
+            assert "no tokens" in error["message"], error["message"]
+        assert _chat(trusting, chat_template="{{ messages[0].content }}").status_code == 200
+    finally:
+        runner.close()
+
+
 def test_a_request_template_cannot_hold_the_planning_thread(folder):
     """Nested loops (10^10 iterations) are cut off by the step budget with a 400, and the
     server goes on serving; a long conversation through a legitimate template is not."""

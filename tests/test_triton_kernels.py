@@ -3,7 +3,8 @@
 Without a GPU they run in the Triton interpreter (``TRITON_INTERPRET=1``, set by
 ``conftest.py``) on small fp32/fp16 shapes — the interpreter computes bf16 ``tl.dot``
 wrongly — with a K-ordered ``tl.dot`` (``_ordered_dot``) so that they test the
-kernel's reduction order, not the host BLAS. With CUDA the same tests run on the GPU;
+kernel's reduction order, not the host BLAS, and with every load and store checked
+against the launch's tensors (``_interpreter_bounds``). With CUDA the same tests run on the GPU;
 ``test_gpu.py`` adds real sizes.
 """
 
@@ -14,6 +15,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import _interpreter_bounds
 import _ordered_dot
 from _compare import assert_bitwise_equal, assert_close
 from _invariance import check_batch_invariance, junk_rows
@@ -26,9 +28,13 @@ pytest.importorskip("triton", reason="Triton kernels need the triton package (tr
 
 
 @pytest.fixture(autouse=True)
-def _ordered_interpreter_dot(monkeypatch):
-    if not torch.cuda.is_available():
-        _ordered_dot.install(monkeypatch)
+def interpreter_checks(monkeypatch):
+    """In the interpreter: a K-ordered ``tl.dot``, and every load and store bounds-checked
+    (the checker, or None on a GPU)."""
+    if torch.cuda.is_available():
+        return None
+    _ordered_dot.install(monkeypatch)
+    return _interpreter_bounds.install(monkeypatch)
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 DTYPES = [torch.float32, torch.float16]
@@ -280,18 +286,41 @@ def test_triton_add_rms_norm_is_add_then_rms_norm_and_batch_invariant(dtype, n):
     assert_close(normed.cpu(), ref.cpu(), *tolerance("rms_norm", dtype), what="vs float64")
 
 
-def test_triton_paged_attention_unchecked_lying_lengths_stay_in_bounds():
-    """check=False with lengths past the capacities, negative or summing past q: garbage
-    for that call, never a read or write outside the tensors (one crashes the interpreter)."""
+# (seq_lens, query_lens) of two sequences over three query rows, each breaking the
+# check=False promise: past max_seq_len and the tables / negative, int32 extremes, more
+# queries than keys, counts summing past / short of the rows, negative counts, huge ones.
+LYING_LENGTHS = [([200, -5], [1, 2]), ([9, 10**6], [2, 1]), ([2**31 - 64, -(2**31)], [1, 2]),
+                 ([1, 2], [2, 1]), ([9, 9], [3, 2]), ([9, 9], [1, 1]), ([9, 9], [-3, 6]),
+                 ([-(2**31), 9], [2**30, -(2**31)])]  # fmt: skip
+
+
+def test_triton_paged_attention_unchecked_lying_lengths_stay_in_bounds(interpreter_checks):
+    """check=False with lengths that break the promise: garbage for that call, never a load
+    or store outside the tensors, nor a walk past the capacity (in the interpreter every
+    access is checked and a launch's loads are bounded: a lost clamp fails here), in both
+    launch modes and the stock configuration."""
+    if interpreter_checks is not None:  # a launch within the capacity issues ~100 loads here
+        interpreter_checks.max_loads_per_launch = 1_000
+    import dataclasses
+
+    from reasonserve.ops.triton.paged_attention import invariant_config, paged_attention_triton
+
     g = torch.Generator().manual_seed(14)
-    q, kc, vc, tables, lens, _ = _one_sequence(g, 9)
-    for seq_lens, query_lens in (([200], [1]), ([9], [4]), ([-5], [1]), ([9], [-3])):
-        out = _paged_invariant(q[-1:], kc, vc, tables, torch.tensor(seq_lens, device=DEVICE),
-                               torch.tensor(query_lens, device=DEVICE), check=False, max_seq_len=12)  # fmt: skip
-        assert out.shape == (1, 4, 16)
+    layout = PagedLayout(4, 5, DEVICE)
+    seqs = [(torch.randn(n_q, 4, 16, generator=g), torch.randn(n, 2, 16, generator=g),
+             torch.randn(n, 2, 16, generator=g)) for n_q, n in ((1, 9), (2, 9))]  # fmt: skip
+    q, kc, vc, tables, _, _ = layout.pack(seqs)
+    base = invariant_config(q, kc)
+    for seq_lens, query_lens in LYING_LENGTHS:
+        lens, qlens = (torch.tensor(v, dtype=torch.int32, device=DEVICE) for v in (seq_lens, query_lens))
+        for split in (True, False):  # a capacity past the tables' 20 keys: the launch trusts it
+            config = dataclasses.replace(base, split_kv=split)
+            assert paged_attention_triton(q, kc, vc, tables, lens, qlens, 0.25, 64, config).shape == q.shape
+        stock = ops.paged_attention_stock(q, kc, vc, tables, lens, qlens, check=False, max_seq_len=12,
+                                          max_query_len=2, impl="triton")  # fmt: skip
+        assert stock.shape == q.shape
     empty = tables[:, :0]
-    assert torch.equal(_paged_invariant(q[-1:], kc, vc, empty, lens, torch.tensor([1]), check=False),
-                       torch.zeros_like(q[-1:]))  # fmt: skip
+    assert torch.equal(_paged_invariant(q, kc, vc, empty, lens, qlens, check=False), torch.zeros_like(q))
 
 
 @pytest.mark.parametrize("op", [ops.paged_attention, ops.paged_attention_stock])

@@ -77,8 +77,6 @@ at::Tensor seeded_sample(at::Tensor logits, const at::Tensor& rows, const at::Te
   check(threshold, "threshold", at::kDouble, n);
   auto out = at::empty({n}, rows.options());
   const int64_t* row = rows.data_ptr<int64_t>();
-  for (int64_t i = 0; i < n; ++i)
-    TORCH_CHECK(row[i] >= 0 && row[i] < num_rows, "rows must index rows of logits");
   const bool* on = active.data_ptr<bool>();
   const int64_t* st = state.data_ptr<int64_t>();
   const double* temp = temperature.data_ptr<double>();
@@ -91,6 +89,7 @@ at::Tensor seeded_sample(at::Tensor logits, const at::Tensor& rows, const at::Te
     at::parallel_for(0, n, 1, [&](int64_t r0, int64_t r1) {
       for (int64_t i = r0; i < r1; ++i) {
         if (!on[i]) { tok[i] = -2; continue; }
+        if (row[i] < 0 || row[i] >= num_rows) { tok[i] = -3; continue; }  // BAD_ROW: nothing touched
         generic::RowParams p{static_cast<uint32_t>(st[i]), temp[i], thr[i]};
         scalar_t* x = base + row[i] * ld;
         tok[i] = row_token<scalar_t>(x, vocab, p, avx2);

@@ -4,8 +4,12 @@
 ``rope_scaling`` dict (transformers 4) and ``rope_parameters`` (transformers 5) — and
 refuses what it does not implement (other RoPE types, partial rotary dimensions,
 per-layer RoPE, unknown keys) instead of ignoring it. :func:`rope_tables` builds
-``cos``/``sin`` for every position once, in float64, then casts: the engine indexes them,
-so no transcendental runs on a batch-dependent tensor.
+``cos``/``sin`` for every position once, at load, then casts: the engine indexes them,
+so no transcendental runs on a batch-dependent tensor. They are computed in float32,
+step for step as transformers computes them (and as the model was trained): float64
+tables differ from transformers' by up to ~5e-3 at position 131071 (the float32 angle
+rounding grows with the position), which would move long-context logits away from
+transformers' own.
 
 Types, each as ``transformers`` computes it (``modeling_rope_utils``):
 
@@ -148,16 +152,21 @@ def parse_rope(raw: Mapping, max_position_embeddings: int) -> RopeConfig:
     return RopeConfig(rope_type=kind, theta=theta, **fields)
 
 
-def _inv_freq(rope: RopeConfig, dim: int) -> torch.Tensor:
-    """``[dim // 2]`` float64 inverse frequencies."""
-    base = rope.theta ** (torch.arange(0, dim, 2, dtype=torch.float64) / dim)
+def _inv_freq(rope: RopeConfig, dim: int, seq_len: int | None = None) -> torch.Tensor:
+    """``[dim // 2]`` float32 inverse frequencies, by transformers' own sequence of float32
+    operations (so the same bits). ``seq_len``: the length ``dynamic`` re-bases from (its
+    ``max_position_embeddings``, where transformers' base is ``theta`` up to rounding)."""
+    theta = rope.theta
+    if rope.rope_type == "dynamic" and seq_len is not None:
+        theta = theta * ((rope.factor * seq_len / seq_len) - (rope.factor - 1)) ** (dim / (dim - 2))
+    base = theta ** (torch.arange(0, dim, 2, dtype=torch.int64).to(torch.float32) / dim)
+    if rope.rope_type == "yarn":
+        return _yarn(rope, base, dim)
     inv = 1.0 / base
     if rope.rope_type == "linear":
         return inv / rope.factor
     if rope.rope_type == "llama3":
         return _llama3(rope, inv)
-    if rope.rope_type == "yarn":
-        return _yarn(rope, base, dim)
     return inv
 
 
@@ -168,7 +177,7 @@ def _llama3(rope: RopeConfig, inv: torch.Tensor) -> torch.Tensor:
     scaled = torch.where(wavelen > original / rope.low_freq_factor, inv / rope.factor, inv)
     smooth = (original / wavelen - rope.low_freq_factor) / (rope.high_freq_factor - rope.low_freq_factor)
     smoothed = (1 - smooth) * scaled / rope.factor + smooth * scaled
-    medium = (wavelen >= original / rope.high_freq_factor) & (wavelen <= original / rope.low_freq_factor)
+    medium = ~(wavelen < original / rope.high_freq_factor) * ~(wavelen > original / rope.low_freq_factor)
     return torch.where(medium, smoothed, scaled)
 
 
@@ -184,9 +193,9 @@ def _yarn(rope: RopeConfig, base: torch.Tensor, dim: int) -> torch.Tensor:
         low, high = math.floor(low), math.ceil(high)
     low, high = max(low, 0), min(high, dim - 1)
     high = high + 0.001 if low == high else high  # transformers' guard against a zero-width ramp
-    ramp = ((torch.arange(dim // 2, dtype=torch.float64) - low) / (high - low)).clamp(0, 1)
+    ramp = ((torch.arange(dim // 2, dtype=torch.float32) - low) / (high - low)).clamp(0, 1)
     extrapolation = 1 - ramp  # weight of the unscaled frequency
-    return (1.0 / (rope.factor * base)) * ramp + (1.0 / base) * extrapolation
+    return (1.0 / (rope.factor * base)) * (1 - extrapolation) + (1.0 / base) * extrapolation
 
 
 def _attention_factor(rope: RopeConfig) -> float:
@@ -207,8 +216,11 @@ def rope_tables(
     rope: RopeConfig, head_dim: int, num_positions: int, *, dtype: torch.dtype, device
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``(cos, sin)``, each ``[num_positions, head_dim]`` (halves repeated, the HF
-    ``rotate_half`` layout), scaled by the attention factor."""
-    angles = torch.arange(num_positions, dtype=torch.float64)[:, None] * _inv_freq(rope, head_dim)
+    ``rotate_half`` layout), scaled by the attention factor: float32 angles (position x
+    inverse frequency) and their cos/sin on ``device``, as transformers computes them
+    there, then cast to ``dtype``."""
+    inv_freq = _inv_freq(rope, head_dim, num_positions).to(device)
+    angles = torch.arange(num_positions, dtype=torch.int64, device=device).float()[:, None] * inv_freq
     scale = _attention_factor(rope)
-    cos, sin = ((f(angles) * scale).to(device, dtype) for f in (torch.cos, torch.sin))
+    cos, sin = ((f(angles) * scale).to(dtype) for f in (torch.cos, torch.sin))
     return torch.cat([cos, cos], dim=-1), torch.cat([sin, sin], dim=-1)

@@ -36,19 +36,21 @@ from collections.abc import Sequence
 
 import torch
 
-from reasonserve.core.errors import ImplementationUnavailableError, InvalidArgumentError
+from reasonserve.core.errors import ImplementationUnavailableError, InvalidArgumentError, InvalidTypeError
 from reasonserve.ops import _native
 from reasonserve.ops._checks import check_tensor
 from reasonserve.ops._hash import gumbel_from_uniform, hash_columns, log64, uniform_open01
 from reasonserve.ops._impl import triton_installed, triton_interpreting
 from reasonserve.ops._sample_params import Param, batch_of, check_params, row_param, states
 
-__all__ = ["DEAD_ROW", "INACTIVE_ROW", "greedy", "gumbel_noise", "sample", "sample_into"]
+__all__ = ["BAD_ROW", "DEAD_ROW", "INACTIVE_ROW", "greedy", "gumbel_noise", "sample", "sample_into"]
 
 #: Token :func:`sample_into` returns for a row where nothing can be sampled (all -inf).
 DEAD_ROW = -1
 #: Token :func:`sample_into` returns for a row it was told to skip.
 INACTIVE_ROW = -2
+#: Token :func:`sample_into` returns for an entry of a ``rows`` tensor outside ``[0, N)``.
+BAD_ROW = -3
 _IMPLS = ("auto", "torch", "native", "triton")
 _SCRATCH_BYTES_PER_ENTRY = 40  # float64 scores, sort values and indices, weights, cumsum
 
@@ -134,8 +136,11 @@ def _top_p_cut(ordered: torch.Tensor, top: torch.Tensor, top_p: torch.Tensor) ->
 
 # the three implementations ------------------------------------------------------------
 def _tokens_torch(logits, rows, active, state, temp, thr, one_hot: bool) -> torch.Tensor:
-    """The definition, chunked by rows (float64 scratch of about one logits buffer)."""
+    """The definition, chunked by rows (float64 scratch of about one logits buffer). An
+    entry outside ``[0, N)`` reads row 0 in its place and takes ``BAD_ROW``."""
     out = torch.empty(rows.shape, dtype=torch.int64, device=logits.device)
+    inside = (rows >= 0) & (rows < logits.shape[0])
+    rows = torch.where(inside, rows, 0)
     step = _chunk_rows(logits, rows.numel())
     for a in range(0, rows.numel(), step):
         b = min(a + step, rows.numel())
@@ -152,12 +157,22 @@ def _tokens_torch(logits, rows, active, state, temp, thr, one_hot: bool) -> torc
         tok = torch.where(best.values == float("-inf"), DEAD_ROW, best.indices)
         tok = torch.where(nan.any(dim=-1), nan.to(torch.int8).argmax(dim=-1), tok)
         tok = torch.where(active[a:b], tok, INACTIVE_ROW)
+        tok = torch.where(inside[a:b], tok, BAD_ROW)
         out[a:b] = tok
         if one_hot:
-            hot = torch.full_like(logits[r], float("-inf"))
-            hot.scatter_(1, tok.clamp(min=0)[:, None], 0.0)
-            logits[r] = torch.where((tok >= 0)[:, None], hot, logits[r])
+            _write_one_hot(logits, r, tok)
     return out
+
+
+def _write_one_hot(logits: torch.Tensor, r: torch.Tensor, tok: torch.Tensor) -> None:
+    """Rows ``r`` with ``tok >= 0`` become one-hot; every entry naming the same row writes
+    the same content (a skipped entry standing in for row 0 never undoes its one-hot)."""
+    per_row = torch.full((logits.shape[0] + 1,), -1, dtype=torch.int64, device=logits.device)
+    per_row.scatter_(0, torch.where(tok >= 0, r, logits.shape[0]), tok)  # skipped: the spare slot
+    hot_tok = per_row[r]
+    hot = torch.full_like(logits[r], float("-inf"))
+    hot.scatter_(1, hot_tok.clamp(min=0)[:, None], 0.0)
+    logits[r] = torch.where((hot_tok >= 0)[:, None], hot, logits[r])
 
 
 def _native_ready() -> bool:
@@ -222,11 +237,14 @@ def sample_into(
     returns int64 ``[R]`` on the logits' device.
 
     ``DEAD_ROW`` (-1) marks a row where nothing can be sampled, ``INACTIVE_ROW`` (-2) a
-    row whose ``active`` flag is False (it is not read). With ``one_hot`` each sampled row
-    of ``logits`` is rewritten in place: 0 at its token, -inf elsewhere (dead and inactive
-    rows are left as they are). Per-row parameters (scalars, host sequences or device
-    tensors ``[R]``) are those of :func:`sample`; host values are validated on the host,
-    tensors are trusted (nothing is read back).
+    row whose ``active`` flag is False (it is not read), ``BAD_ROW`` (-3) an entry of a
+    ``rows`` tensor outside ``[0, N)`` (nothing is read or written for it: a rows tensor is
+    not read back, so it is bounded on the device; a host sequence is checked on the host).
+    With ``one_hot`` each sampled row of ``logits`` is rewritten in place: 0 at its token,
+    -inf elsewhere (dead, inactive and bad rows are left as they are; give distinct rows).
+    Per-row parameters (scalars, host sequences or device tensors ``[R]``) are those of
+    :func:`sample`; host values are validated on the host, tensors are trusted (nothing is
+    read back; their shapes and dtypes are checked).
     """
     _check_logits_shape(logits)
     dev = logits.device
@@ -238,7 +256,8 @@ def sample_into(
     act = torch.ones(count, dtype=torch.bool, device=dev) if active is None else active.to(dev, torch.bool)
     if act.shape != (count,):
         raise InvalidArgumentError(f"active must have shape [{count}], got {tuple(act.shape)}")
-    thr = _thresholds(logits, rows_t, temp, *_filters(top_k, top_p, min_p, count, dev), used)
+    inside_rows = torch.where((rows_t >= 0) & (rows_t < logits.shape[0]), rows_t, 0)  # BAD_ROW's stand-in
+    thr = _thresholds(logits, inside_rows, temp, *_filters(top_k, top_p, min_p, count, dev), used)
     return _run(_resolve(impl, logits), logits, rows_t, act, state, temp, thr, one_hot)
 
 
@@ -253,7 +272,11 @@ def _filters(top_k, top_p, min_p, count: int, dev) -> tuple[torch.Tensor, torch.
 def _row_index(rows, num_rows: int, dev) -> torch.Tensor:
     if rows is None:
         return torch.arange(num_rows, device=dev)
-    if isinstance(rows, torch.Tensor):
+    if isinstance(rows, torch.Tensor):  # not read back: an entry outside [0, N) gives BAD_ROW
+        if rows.dtype not in (torch.int32, torch.int64):
+            raise InvalidTypeError(f"rows must be an int32 or int64 tensor, got {rows.dtype}")
+        if rows.dim() != 1:
+            raise InvalidArgumentError(f"rows must be one-dimensional, got shape {tuple(rows.shape)}")
         return rows.to(dev, torch.int64)
     items = list(rows)
     if any(isinstance(r, bool) or not isinstance(r, int) or not 0 <= r < num_rows for r in items):

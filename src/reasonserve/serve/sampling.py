@@ -108,6 +108,13 @@ def plan_chat(body: ChatCompletionRequest, cap: Capacity, cfg: ServeConfig) -> P
     param = "max_completion_tokens" if body.max_completion_tokens is not None else "max_tokens"
     text = chat_text(body, cap, cfg)
     prompt = _encode(text, cap, "messages", body.add_special_tokens)
+    if not prompt:  # the engine refuses an empty prompt: say which input produced it
+        raise ApiError(
+            400,
+            f"the chat template rendered these messages to no tokens (text {text[:80]!r}); "
+            "a prompt needs at least one",
+            param="chat_template" if body.chat_template is not None else "messages",
+        )
     return _plan(
         body,
         [prompt],

@@ -20,7 +20,9 @@ row's position inside a step it shares with later rows contribute exact zeros (m
 score ``-inf`` -> weight 0, rescale factor exactly 1), which is why prefill, chunked
 prefill and decode agree. Sequences are found by binary search over per-sequence tile
 offsets, so the grid comes from host capacities and any batch within them is valid
-(CUDA-graph safe). Table entries, rows and splits are clamped before any load.
+(CUDA-graph safe). Table entries, rows and splits are clamped before any load, and
+sequence lengths to ``max_seq_len``, so lengths that break ``check=False``'s promise
+neither reach outside a tensor nor make a program walk past the capacity.
 
 The stock configuration (``stock_config`` in ``_paged_config``) runs the same kernel
 with tiles per query-length bucket and a split count chosen for occupancy: faster, not
@@ -106,13 +108,13 @@ def _split(
     return m, den, acc
 
 
-_VARYING = ["num_seqs", "total_q", "table_width", "split_tokens", "group_splits", "write_out"]
+_VARYING = ["num_seqs", "total_q", "table_width", "max_seq_len", "split_tokens", "group_splits", "write_out"]
 
 
 @triton.jit(do_not_specialize=_VARYING)
 def _paged_kernel(
     q_ptr, k_ptr, v_ptr, o_ptr, tables_ptr, lens_ptr, qlens_ptr, cu_q_ptr, cu_tiles_ptr,
-    ws_acc_ptr, ws_ml_ptr, num_seqs, total_q, table_width, num_blocks, scale,
+    ws_acc_ptr, ws_ml_ptr, num_seqs, total_q, table_width, num_blocks, scale, max_seq_len,
     split_tokens, group_splits, write_out,
     sq0, sq1, sq2, sk0, sk1, sk2, sk3, sv0, sv1, sv2, sv3, so0, so1, so2, st0,
     swa0, swa1, swa2, swm0, swm1, swm2,
@@ -127,7 +129,10 @@ def _paged_kernel(
     seq = _find(cu_tiles_ptr, num_seqs, tile)
     q0 = (tile - tl.load(cu_tiles_ptr + seq)) * QUERIES
     qlen = tl.load(qlens_ptr + seq)
-    context = tl.load(lens_ptr + seq) - qlen  # keys before the first query
+    # At most the host capacity (a no-op for valid lengths): a program never walks more
+    # keys than max_seq_len, whatever seq_lens holds (tile_keys <= this, mod 2**32).
+    seq_len = tl.minimum(tl.load(lens_ptr + seq), max_seq_len)
+    context = seq_len - qlen  # keys before the first query
     tile_keys = context + tl.minimum(q0 + QUERIES, qlen)
     num_splits = tl.cdiv(tile_keys, split_tokens)
     first = tl.program_id(2) * group_splits
@@ -237,7 +242,7 @@ def paged_attention_triton(
     block_d = max(16, triton.next_power_of_2(d))
     _paged_kernel[(tiles, hkv, groups)](
         q, k_cache, v_cache, out, tables, lens, qlens, cu_q, cu_tiles, ws_acc, ws_ml,
-        num_seqs, total_q, tables.shape[1], k_cache.shape[0], scale, config.split_tokens,
+        num_seqs, total_q, tables.shape[1], k_cache.shape[0], scale, max_seq_len, config.split_tokens,
         1 if split else 1 << 30, 0 if split else 1,
         *q.stride(), *k_cache.stride(), *v_cache.stride(), *out.stride(), tables.stride(0),
         *ws_acc.stride()[:3], *ws_ml.stride()[:3],

@@ -73,14 +73,16 @@ def _log64(x, LN2_: tl.constexpr, SQRT2_: tl.constexpr, C: tl.constexpr):
 
 @triton.jit
 def _sample_kernel(
-    x_ptr, rows_ptr, active_ptr, state_ptr, temp_ptr, thr_ptr, out_ptr, V, stride_x,
+    x_ptr, rows_ptr, active_ptr, state_ptr, temp_ptr, thr_ptr, out_ptr, N, V, stride_x,
     ONE_HOT: tl.constexpr, LN2_: tl.constexpr, SQRT2_: tl.constexpr, C: tl.constexpr, BLOCK: tl.constexpr,
 ):  # fmt: skip
     i = tl.program_id(0)
+    row = tl.load(rows_ptr + i)
     if tl.load(active_ptr + i) == 0:  # a row the caller skips: not read
         tl.store(out_ptr + i, -2)
+    elif (row < 0) | (row >= N):  # an index outside the logits: nothing read or written
+        tl.store(out_ptr + i, -3)
     else:
-        row = tl.load(rows_ptr + i)
         state = tl.load(state_ptr + i).to(tl.uint32)
         temp = tl.load(temp_ptr + i)
         thr = tl.load(thr_ptr + i)
@@ -129,12 +131,15 @@ def sample_triton(
     one_hot: bool,
 ) -> torch.Tensor:
     """Tokens ``[R]`` int64 of rows ``rows`` of ``logits [N, V]`` (unit column stride);
-    -1 for a row with nothing to sample, -2 for an inactive row. See the module docstring."""
+    -1 for a row with nothing to sample, -2 for an inactive row, -3 for an entry of
+    ``rows`` outside ``[0, N)`` (bounded in the kernel: no access outside ``logits``).
+    See the module docstring."""
     out = torch.empty(rows.shape, dtype=torch.int64, device=logits.device)
     if rows.numel():
         _sample_kernel[(rows.numel(),)](
             logits, rows.contiguous(), active.to(torch.int8).contiguous(), state.contiguous(),
-            temperature.contiguous(), threshold.contiguous(), out, logits.shape[1], logits.stride(0),
+            temperature.contiguous(), threshold.contiguous(), out, logits.shape[0], logits.shape[1],
+            logits.stride(0),
             ONE_HOT=one_hot, LN2_=LN2, SQRT2_=SQRT2, C=tuple(ATANH_COEFFS), BLOCK=_BLOCK,
             enable_fp_fusion=False,
         )  # fmt: skip
