@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from reasonserve.core import InvalidArgumentError
 from reasonserve.dvr import DVRState, verify_inputs
+from reasonserve.engine import Engine, EngineConfig, SamplingParams, make_tiny_checkpoint
 
 
 def test_with_nothing_verified_the_replay_starts_at_the_last_prompt_token():
@@ -43,3 +44,28 @@ def test_the_replay_predicts_every_unverified_position(prompt, outputs, data):
     assert replay == tokens[start : start + len(replay)]
     predicted = [start + i + 1 for i in range(len(replay))]
     assert predicted == list(range(prompt + verified, prompt + outputs))
+
+
+# the engine host: what a rollback commits ---------------------------------------------------
+@pytest.fixture(scope="module")
+def ckpt(tmp_path_factory):
+    return make_tiny_checkpoint(tmp_path_factory.mktemp("dvr_rules"), hidden_size=64, intermediate_size=128)
+
+
+def _every_token_flipped(_rid, _pos, token):
+    return (token + 1) % 256
+
+
+@pytest.mark.parametrize("window", [1, 3])
+def test_rolled_back_tokens_are_replaced_with_the_invariant_token_and_logprobs(ckpt, window):
+    """Every fast-path token is wrong, so every verify pass rolls back and commits the
+    verifier's token: the output, and each token's logprobs (the replacement's read off the
+    verify row that predicts it), equal the batch-invariant run's bit for bit."""
+    prompt = [3, 1, 4, 1, 5]
+    params = SamplingParams(max_tokens=9, temperature=0.8, seed=21, deterministic=True, logprobs=2)
+    want = Engine.from_pretrained(ckpt, EngineConfig(mode="batch_invariant")).generate([prompt], params)[0]
+    eng = Engine.from_pretrained(ckpt, EngineConfig(dvr_window=window), fast_path_fault=_every_token_flipped)
+    out = eng.generate([prompt], params)[0]
+    assert out.token_ids == want.token_ids
+    assert out.logprobs == want.logprobs
+    assert eng.metrics().rollbacks >= len(want.token_ids) - 1  # all but the first (trusted) token
