@@ -93,6 +93,18 @@ def test_sc_samples_from_another_model_without_optional_fields(tmp_path):
     assert q1.lengths[0] == 3.0 and math.isnan(q1.lengths[1])
 
 
+def test_sc_scores_and_lengths_that_do_not_fit_read_as_missing(tmp_path):
+    path = tmp_path / "s.jsonl"
+    path.write_text(
+        '{"gt": "1", "pred": ["1", "2", "3"], "pred_score": [Infinity, "x", 0.5], "tokens": [10, 20],'
+        ' "response": ["a b", "c", "d e f"]}\n{"gt": "1", "pred": ["1"], "tokens": [NaN]}\n'
+    )
+    q0, q1 = load_samples(path)
+    assert math.isnan(q0.rewards[0]) and math.isnan(q0.rewards[1]) and q0.rewards[2] == 0.5
+    assert q0.lengths == (2.0, 1.0, 3.0)  # two token counts for three samples: the words instead
+    assert len(q1.lengths) == 1 and math.isnan(q1.lengths[0])
+
+
 def test_make_question_refuses_rewards_of_another_length():
     with pytest.raises(InvalidArgumentError, match="rewards"):
         make_question("q", ["1", "2"], [0.5], "1")
@@ -127,6 +139,12 @@ def test_mcts_rollouts_read_the_last_node_in_rollout_order(tmp_path):
     assert q.qid == "Question 0000"
     assert q.classes == (0, 0, 1, -1) and q.class_correct == (True, False)
     assert q.rewards[:3] == (1e-3, -0.5, 0.25) and math.isnan(q.rewards[3])
+
+
+def test_the_last_choice_and_the_last_value_of_the_final_node_count(tmp_path):
+    text = "{'text': 'The answer is (A)? No: the answer is D', 'value': 0.2, 'next': {'value': 0.9}}"
+    (q,) = load_mcts(_sheets(tmp_path, {"gold_answer": "D"}, [_rollout(0, text)]))
+    assert q.classes == (0,) and q.class_correct == (True,) and q.rewards == (0.9,)
 
 
 def test_a_malformed_node_value_is_missing_not_a_crash(tmp_path):
