@@ -6,8 +6,9 @@ admission)."""
 
 import pytest
 
+from reasonserve.core.decisions import Preempt
 from reasonserve.core.phase import Phase
-from reasonserve.core.views import RequestView
+from reasonserve.core.views import RequestView, SchedulerView
 from reasonserve.policies import PascalPolicy
 from reasonserve.policies.pascal.rule import HIGH, LOW, in_low_queue, place
 
@@ -49,3 +50,16 @@ def test_a_running_request_yields_its_turn_after_the_papers_500_token_quantum():
     assert policy.rank_key(within, running=True)[:2] == (HIGH, 0)
     assert policy.rank_key(spent, running=True)[:2] == (HIGH, 1)  # behind the waiting requests
     assert policy.rank_key(spent, running=False)[:2] == (HIGH, 0)  # waiting: no quantum used yet
+
+
+def _answering(rid: str, paced_until: float) -> RequestView:
+    return RequestView(rid, 0.0, Phase.ANSWERING, 10, 610, 600, num_blocks=2, blocks_needed=1, quantum_used=600,
+                       num_answer_tokens=600, paced_until_s=paced_until)  # fmt: skip
+
+
+def test_of_two_expired_answering_requests_the_one_with_more_paced_tokens_yields():
+    """Controlled preemption (§IV-C): with room for one, the reader who runs dry later
+    (latest ``paced_until_s``) is preempted, whatever the running order."""
+    for order in ((_answering("x", 5.0), _answering("y", 1.0)), (_answering("y", 1.0), _answering("x", 5.0))):
+        view = SchedulerView(0.0, (), order, 0, 16, 8)
+        assert PascalPolicy().decide(view) == [Preempt("x", "swap")]
