@@ -6,6 +6,7 @@ numerals with a base subscript, and the incremental grouping's comparison window
 import pytest
 
 from reasonserve.certainindex.answers.equivalence import AnswerClasses, Verdict, compare_answers
+from reasonserve.certainindex.answers.extract import MAX_ANSWER_CHARS
 
 EQUAL, DIFFERENT = Verdict.EQUAL, Verdict.DIFFERENT
 
@@ -46,3 +47,10 @@ def test_grouping_compares_a_new_spelling_with_the_latest_classes_only():
     assert [two.add(a) for a in answers] == [0, 1, 0, 0]
     assert [every.add(a) for a in answers] == [0, 1, 0, 0]
     assert len(one) == 3 and one.representative(2) == "0.5"
+
+
+def test_an_answer_over_the_size_limit_is_unknown_on_either_side():
+    long = "1+" * (MAX_ANSWER_CHARS // 2) + "1"
+    assert compare_answers("5", long) is Verdict.UNKNOWN
+    assert compare_answers(long, "5") is Verdict.UNKNOWN
+    assert compare_answers(long, long) is EQUAL  # the same string is still the same answer
