@@ -242,6 +242,33 @@ def test_finish_time_fairness_is_latency_per_output_token():
     assert program_summary(rows[:1], 100.0, (1.0,))["phi_s_per_token"]["max"] == 0.1
 
 
+# SPEC 1.4: the paper's thresholds (Table 3); a program is certain only if all signals pass.
+
+TABLE_3 = [  # algorithm, dataset, H threshold, R threshold, detect@knob (None: "/")
+    ("sc", "math", 0.7, None, 5),
+    ("sc", "gsm8k", 0.7, None, 5),
+    ("sc", "livecodebench", 0.4, None, 5),
+    ("mcts", "gsm8k", 0.99, 0.4, 3),
+    ("mcts", "asdiv", None, 0.4, 3),
+    ("rebase", "gsm8k", 0.85, 0.99, 16),
+    ("rebase", "math", 0.75, None, 16),
+]
+
+
+@pytest.mark.parametrize("algorithm,dataset,h,r,detect_at", TABLE_3)
+def test_paper_thresholds_are_table_3(algorithm, dataset, h, r, detect_at):
+    from reasonserve.certainindex import PAPER_THRESHOLDS
+
+    combined, detect = PAPER_THRESHOLDS[(algorithm, dataset)]
+    assert detect == detect_at
+    want = {name: t for name, t in (("entropy", h), ("reward", r)) if t is not None}
+    assert dict(combined.thresholds) == want
+    assert combined.evaluate(want).certain  # each signal exactly at its threshold passes
+    for name in want:  # and any one signal below its threshold makes the program uncertain
+        assert not combined.evaluate({**want, name: want[name] - 0.01}).certain
+    assert len(PAPER_THRESHOLDS) == len(TABLE_3)
+
+
 # Numbers the SPEC pins.
 
 
