@@ -119,6 +119,32 @@ def test_a_served_is_deterministic_request_is_verified(tmp_path):
         assert live.runner.engine.metrics().verify_passes >= 1
 
 
+# SPEC 5: counters exposed per request: rollbacks, tokens rolled back, verification windows.
+
+
+def test_dvr_counters_are_exposed_per_request(tmp_path):
+    from reasonserve.engine import Engine, EngineConfig, make_tiny_checkpoint
+
+    path = make_tiny_checkpoint(tmp_path / "m", hidden_size=128, intermediate_size=256)
+    # Every fast-path token is wrong. The invariant prefill's first token is verified; then
+    # each pass replaces the first unverified token and discards the rest: one token per
+    # pass, so 9 passes (and 9 rollbacks) reach 10 tokens. Discarded: 4 a pass while 4 fit
+    # (verified 1..6: 24), then 3, 2, 1 as the request hits max_tokens: 30.
+    engine = Engine.from_pretrained(
+        path, EngineConfig(dvr_window=4), fast_path_fault=lambda _r, _p, t: (t + 1) % 256
+    )
+    det = SamplingParams(max_tokens=10, temperature=0.9, seed=5, is_deterministic=True, ignore_eos=True)
+    outs = engine.generate(
+        [[3, 1, 4, 1, 5], [2, 7, 1]], [det, SamplingParams(max_tokens=6, seed=1, ignore_eos=True)]
+    )
+    m = outs[0].metrics
+    assert (m.num_verify_passes, m.num_rollbacks, m.num_tokens_rolled_back) == (9, 9, 30)
+    other = outs[1].metrics  # not deterministic: never verified
+    assert (other.num_verify_passes, other.num_rollbacks, other.num_tokens_rolled_back) == (0, 0, 0)
+    totals = engine.metrics()
+    assert (totals.verify_passes, totals.rollbacks, totals.tokens_rolled_back) == (9, 9, 30)
+
+
 # SPEC 5: verify window and group are flags of the server too.
 
 
