@@ -168,27 +168,20 @@ def test_serve_flags_set_the_dvr_window_and_group(tmp_path):
 # update_certainindex() and execute(); the intra-program policy grants or denies (2.2).
 
 
-class VoteProgram(ReasoningProgram):
-    """Self-consistency as the paper's Fig. 6c writes it, over a fixed answer stream."""
+class SyncVote(ReasoningProgram):
+    """Self-consistency as the paper's Fig. 6c writes it, over a fixed answer stream;
+    ``execute`` is a plain method here, a coroutine in :class:`VoteProgram`."""
 
     name = "vote"
 
-    def __init__(self, answers, per_step, asynchronous=True):
+    def __init__(self, answers, per_step):
         super().__init__(state=[])
         self.source, self.per_step = iter(answers), per_step
-        self.execute = self._step_async if asynchronous else self._step  # type: ignore[method-assign]
 
-    def _step(self):
+    def execute(self):
         self.state.extend(next(self.source) for _ in range(self.per_step))
         self.knob += self.per_step
         self.tokens += 10 * self.per_step
-
-    async def _step_async(self):
-        await asyncio.sleep(0)
-        self._step()
-
-    def execute(self):  # replaced per instance above
-        raise AssertionError
 
     def update_certainindex(self):
         counts = torch.tensor([list(Counter(self.state).values())])
@@ -197,6 +190,12 @@ class VoteProgram(ReasoningProgram):
     def aggregate(self):
         answer = Counter(self.state).most_common(1)[0][0]
         return answer, f"\\boxed{{{answer}}}"
+
+
+class VoteProgram(SyncVote):
+    async def execute(self):
+        await asyncio.sleep(0)  # a real program awaits its engine client here
+        super().execute()
 
 
 def test_program_hooks_stop_when_the_threshold_policy_denies():
@@ -221,13 +220,13 @@ def test_program_hooks_run_to_the_cap_when_uncertain():
 
 def test_program_hooks_baseline_even_and_sync_execute():
     # baseline-even: the same cap (3 units) whatever the certainty; execute may be sync.
-    program = VoteProgram(["7"] * 10, per_step=1, asynchronous=False)
+    program = SyncVote(["7"] * 10, per_step=1)
     result = asyncio.run(program.run(EvenPolicy(3)))
     assert (program.knob, result.trace.exit, result.answer) == (3, "denied", "7")
 
 
 class _Stuck(VoteProgram):
-    def _step(self):  # forgets to advance knob
+    async def execute(self):  # forgets to advance knob
         self.state.append(next(self.source))
 
 
