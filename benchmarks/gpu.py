@@ -35,6 +35,7 @@ import contextlib
 import gc
 import io
 import json
+import pathlib
 import random
 import shutil
 import statistics
@@ -99,7 +100,10 @@ def build_checkpoint(shape: dict, setup: Setup):
     cfg = Qwen2Config(**shape, max_position_embeddings=4096, rms_norm_eps=1e-6)
     torch.manual_seed(0)
     with torch.device(setup.device):
-        hf = AutoModelForCausalLM.from_config(cfg, dtype=setup.dtype, attn_implementation="sdpa")
+        try:
+            hf = AutoModelForCausalLM.from_config(cfg, dtype=setup.dtype, attn_implementation="sdpa")
+        except TypeError:  # transformers < 4.56 names the argument torch_dtype
+            hf = AutoModelForCausalLM.from_config(cfg, torch_dtype=setup.dtype, attn_implementation="sdpa")
     folder = tempfile.mkdtemp(prefix="reasonserve-gpu-bench-")
     hf.save_pretrained(folder)
     return folder, hf.eval()
@@ -263,8 +267,9 @@ def load(shape: dict, setup: Setup):
         shutil.rmtree(folder, ignore_errors=True)
 
 
-def run_all(setup: Setup, skip: set[str], budget_s: float, smoke: bool) -> list[Row]:
-    """The sections in the order of the targets they measure (the rest last)."""
+def run_all(setup: Setup, skip: set[str], budget_s: float, smoke: bool, done=lambda rows: None) -> list[Row]:
+    """The sections in the order of the targets they measure (the rest last);
+    ``done(rows)`` is called with the rows so far after each section."""
     start, rows = time.perf_counter(), []
 
     def section(name: str, fn) -> None:
@@ -279,6 +284,7 @@ def run_all(setup: Setup, skip: set[str], budget_s: float, smoke: bool) -> list[
                 traceback.print_exc()
                 rows.append(Row(name, "ERROR", None, None, None, note=f"{type(err).__name__}: {err}"[:300]))
         print(f"[{time.perf_counter() - start:6.1f} s] {name} done", file=sys.stderr, flush=True)
+        done(rows)
 
     def seven_b() -> list[Row]:
         hf7, model7 = load(setup.shapes["7B"], setup)
@@ -301,7 +307,11 @@ def print_table(rows: list[Row], meta: dict) -> None:
     print(
         f"{'section':<30} {'case':<46} {'ours':>10} {'baseline':>10} {'ratio':>7}  {'target':<22} met   note"
     )
+    print_rows(rows)
+    print("(throughput rows: tok/s and ours/baseline; '(ms)' rows: ms and time ratio, lower is better)")
 
+
+def print_rows(rows: list[Row]) -> None:
     def num(v):
         return f"{v:>10.1f}" if v is not None else f"{'-':>10}"
 
@@ -309,8 +319,7 @@ def print_table(rows: list[Row], meta: dict) -> None:
         met = "" if r.met is None else ("yes" if r.met else "NO")
         ratio = f"{r.ratio:>7.2f}" if r.ratio is not None else f"{'-':>7}"
         numbers = f"{num(r.ours)} {num(r.baseline)} {ratio}"
-        print(f"{r.section:<30} {r.case:<46} {numbers}  {r.target:<22} {met:<5} {r.note}")
-    print("(throughput rows: tok/s and ours/baseline; '(ms)' rows: ms and time ratio, lower is better)")
+        print(f"{r.section:<30} {r.case:<46} {numbers}  {r.target:<22} {met:<5} {r.note}", flush=True)
 
 
 def main(argv=None) -> int:
@@ -356,14 +365,30 @@ def _main(args) -> int:
 
     meta = machine(device) | {"transformers": transformers.__version__, "cuda": torch.version.cuda,
                               "dtype": str(dtype).removeprefix("torch."), "smoke": args.smoke}  # fmt: skip
-    rows = run_all(setup, set(args.skip), args.budget_s, args.smoke)
+    path = pathlib.Path(args.json or RESULTS / ("gpu-smoke.json" if args.smoke else "gpu.json"))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    printed = [0]
+
+    def done(rows: list[Row]) -> None:
+        """After each section: its rows to the log, all rows so far to the JSON (a run
+        killed later keeps them; ``complete`` says whether every section ran)."""
+        print_rows(rows[printed[0] :])
+        printed[0] = len(rows)
+        write_json(path, meta, rows, complete=False)
+
+    rows = run_all(setup, set(args.skip), args.budget_s, args.smoke, done)
     print_table(rows, meta)
-    path = args.json or RESULTS / ("gpu-smoke.json" if args.smoke else "gpu.json")
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    with open(path, "w") as f:
-        json.dump({"meta": meta, "rows": [asdict(r) for r in rows]}, f, indent=2)
+    write_json(path, meta, rows, complete=True)
     print(f"wrote {path}")
     return 1 if any(r.case == "ERROR" for r in rows) else 0
+
+
+def write_json(path: pathlib.Path, meta: dict, rows: list[Row], *, complete: bool) -> None:
+    """Write to a temporary file, then rename: a kill never leaves half a file."""
+    tmp = path.with_name(path.name + ".tmp")
+    payload = {"meta": meta, "complete": complete, "rows": [asdict(r) for r in rows]}
+    tmp.write_text(json.dumps(payload, indent=2))
+    tmp.replace(path)
 
 
 if __name__ == "__main__":
