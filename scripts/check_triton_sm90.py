@@ -91,7 +91,7 @@ def gemm_checks(dt: str, dtype: torch.dtype) -> list[str]:
 def paged_checks(dt: str, dtype: torch.dtype) -> None:
     ints = {a: "*i32" for a in ("tables_ptr", "lens_ptr", "qlens_ptr", "cu_q_ptr", "cu_tiles_ptr")}
     floats = {"ws_acc_ptr": "*fp32", "ws_ml_ptr": "*fp32", "scale": "fp32"}
-    for hq, hkv, d in ((14, 2, 64), (28, 4, 128), (32, 8, 128)):
+    for hq, hkv, d in ((14, 2, 64), (28, 4, 128), (32, 8, 128), (8, 2, 32)):  # 8/2/32: test_gpu_engine
         q, cache = _fake((1, hq, d), dtype), _fake((1, hkv, 16, d), dtype)
         configs = {"invariant": paged_attention.invariant_config(q, cache)}
         for label, query_len in (("stock decode", 1), ("stock prefill", 2048)):
