@@ -1,10 +1,12 @@
 """The engine on one GPU: against ``transformers`` ``generate``, DVR's cost, the invariant kernels.
 
 Usage: ``python benchmarks/gpu.py [--device cuda] [--dtype bfloat16] [--repeats 3] [--skip 7b ops]
-[--json PATH]``; ``--smoke`` runs the same code on tiny shapes (CPU, seconds: what
-``tests/test_engine_device.py`` runs). Needs torch, Triton, transformers and this
-package; no network. Finishes in about 5 minutes on one H100 (``--budget-s`` stops
-starting new sections past that many seconds; the table says what was skipped).
+[--no-cuda-graphs] [--json PATH]``; ``--smoke`` runs the same code on tiny shapes (CPU,
+seconds: what ``tests/test_engine_device.py`` runs). Needs torch, Triton, transformers and
+this package; no network. Finishes in about 5 minutes on one H100 (``--budget-s`` stops
+starting new sections past that many seconds; the table says what was skipped). The JSON
+is rewritten after every section (``"complete": false`` until the end), so a run killed
+midway keeps what finished; ``scripts/gpu_check.sh`` runs it as its ``bench`` stage.
 
 Random checkpoints are built with transformers' own classes (``save_pretrained``),
 shaped like Qwen2-0.5B (vocab 151936, hidden 896, 24 layers, 14/2 heads, intermediate
@@ -91,6 +93,7 @@ class Setup:
     shapes: dict
     window: int
     group: int
+    cuda_graphs: bool = True  # False: every engine pass eager (the lever if graphs misbehave)
 
 
 def build_checkpoint(shape: dict, setup: Setup):
@@ -120,6 +123,7 @@ def engine_for(model: DecoderModel, setup: Setup, batch: int, mode: str) -> Engi
         block_size=16, num_blocks=batch * per_seq + 16, max_num_seqs=batch,
         max_num_batched_tokens=max(512, min(batch * setup.prompt, 8192)),
         max_model_len=per_seq * 16, mode=mode, dvr_window=setup.window, dvr_group_size=setup.group,
+        cuda_graphs=setup.cuda_graphs,
     ))  # fmt: skip
 
 
@@ -333,6 +337,7 @@ def main(argv=None) -> int:
     parser.add_argument("--dvr-window", type=int, default=8)
     parser.add_argument("--dvr-group-size", type=int, default=8)
     parser.add_argument("--budget-s", type=float, default=300.0)
+    parser.add_argument("--no-cuda-graphs", action="store_true", help="run every engine pass eagerly")
     parser.add_argument(
         "--smoke", action="store_true", help="tiny shapes on CPU: checks the script end to end"
     )
@@ -356,15 +361,17 @@ def _main(args) -> int:
     device = str(resolve_device("cpu" if args.smoke else args.device))  # a clear error without CUDA
     dtype = resolve_dtype(args.dtype, torch.device(device))
     if args.smoke:
-        setup = Setup(device, dtype, 4, 4, 1, (1, 2), 2, {"0.5B": TINY, "7B": TINY_WIDE}, 2, 2)
+        setup = Setup(device, dtype, 4, 4, 1, (1, 2), 2, {"0.5B": TINY, "7B": TINY_WIDE}, 2, 2,
+                      not args.no_cuda_graphs)  # fmt: skip
     else:
         shapes = {"0.5B": QWEN2_05B, "7B": QWEN2_7B}
         setup = Setup(device, dtype, 128, 128, args.repeats, (1, 32, 128), 32, shapes, args.dvr_window,
-                      args.dvr_group_size)  # fmt: skip
+                      args.dvr_group_size, not args.no_cuda_graphs)  # fmt: skip
     import transformers
 
     meta = machine(device) | {"transformers": transformers.__version__, "cuda": torch.version.cuda,
-                              "dtype": str(dtype).removeprefix("torch."), "smoke": args.smoke}  # fmt: skip
+                              "dtype": str(dtype).removeprefix("torch."), "smoke": args.smoke,
+                              "cuda_graphs": setup.cuda_graphs}  # fmt: skip
     path = pathlib.Path(args.json or RESULTS / ("gpu-smoke.json" if args.smoke else "gpu.json"))
     path.parent.mkdir(parents=True, exist_ok=True)
     printed = [0]

@@ -362,10 +362,19 @@ def test_gpu_benchmark_killed_midway_keeps_the_finished_sections(tmp_path, capsy
     def killed(*args, **kwargs):
         raise KeyboardInterrupt  # what a timeout's signal does mid-section (not an Exception)
 
+    engines = []
+    real_engine_for = bench.engine_for
+
+    def engine_for(*args):
+        engines.append(real_engine_for(*args))
+        return engines[-1]
+
     monkeypatch.setattr(bench, "decode_step", killed)
+    monkeypatch.setattr(bench, "engine_for", engine_for)
     out = tmp_path / "gpu.json"
     with pytest.raises(KeyboardInterrupt):
-        bench.main(["--smoke", "--skip", "7b", "ops", "--json", str(out)])
+        bench.main(["--smoke", "--skip", "7b", "ops", "--no-cuda-graphs", "--json", str(out)])
+    assert engines and not any(e.config.cuda_graphs for e in engines)  # the eager lever reaches them
     written = json.loads(out.read_text())
     assert written["complete"] is False and written["meta"]["smoke"] is True
     sections = [r["section"] for r in written["rows"]]
