@@ -20,7 +20,7 @@
 #             First because it names the switch to flip when something is wrong, and its
 #             Triton compiles are the ones the benchmark needs (shared on-disk cache).
 #   bench     benchmarks/gpu.py: the table of issue 28's targets (engine vs generate,
-#             DVR sweep, decode step, 7B, ops). Its --budget-s stops new sections in time.
+#             DVR sweep, decode step, ops, 7B). Its --budget-s stops new sections in time.
 #   engine    pytest -m gpu tests/test_gpu_engine.py (dtypes, graphs vs eager, DVR, faults)
 #   ops-tests pytest -m gpu tests/test_gpu.py (7B-shaped linear, row ops, sampling on CUDA)
 #   sampling-tests  pytest -m gpu tests/test_sampling.py
@@ -58,7 +58,7 @@ STAGES=()
 for arg in "$@"; do
   case "$arg" in
     --dry-run) DRY=1 ;;
-    -h|--help) sed -n '2,29p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,31p' "$0"; exit 0 ;;
     *) if [[ " ${ALL_STAGES[*]} " == *" $arg "* ]]; then STAGES+=("$arg"); else
          echo "unknown stage or option: $arg (stages: ${ALL_STAGES[*]})"; exit 64; fi ;;
   esac
