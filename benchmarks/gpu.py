@@ -255,6 +255,15 @@ def _sync(device: str) -> None:
         torch.cuda.synchronize()
 
 
+def _peak_memory(device: str) -> str:
+    """``, peak GPU memory X GiB`` since the last call (nothing on CPU)."""
+    if not device.startswith("cuda"):
+        return ""
+    peak = torch.cuda.max_memory_allocated(device) / 2**30
+    torch.cuda.reset_peak_memory_stats(device)
+    return f", peak GPU memory {peak:.1f} GiB"
+
+
 def _release() -> None:
     """Give the memory of models the caller has dropped back to the device."""
     gc.collect()
@@ -296,7 +305,8 @@ def run_all(setup: Setup, skip: set[str], budget_s: float, smoke: bool, done=lam
             except Exception as err:  # one broken section must not lose the others' numbers
                 traceback.print_exc()
                 rows.append(Row(name, "ERROR", None, None, None, note=f"{type(err).__name__}: {err}"[:300]))
-        print(f"[{time.perf_counter() - start:6.1f} s] {name} done", file=sys.stderr, flush=True)
+        print(f"[{time.perf_counter() - start:6.1f} s] {name} done{_peak_memory(setup.device)}",
+              file=sys.stderr, flush=True)  # fmt: skip
         done(rows)
 
     def seven_b() -> list[Row]:

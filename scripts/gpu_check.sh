@@ -28,10 +28,17 @@
 #   sampling  benchmarks/seeded_sampling.py --device cuda
 # Total budget GPU_CHECK_BUDGET_S (default 560 s: 600 s limit minus margin); a stage with
 # less than GPU_CHECK_MIN_STAGE_S (default 20) left is SKIPPED. Exit 0 only if every stage
-# that was asked for ran and passed; 2 when there is no CUDA device (and no --dry-run).
+# that was asked for ran and passed; 2 when there is no CUDA device or torch does not import
+# (and no --dry-run). PYTHON: the interpreter (default: python3, else python, with torch).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-PY=${PYTHON:-python3}
+PY=${PYTHON:-}
+if [ -z "$PY" ]; then  # the image's Python is the one with torch: python3, else python
+  PY=python3
+  for cand in python3 python; do
+    if "$cand" -c "import torch" 2>/dev/null; then PY=$cand; break; fi
+  done
+fi
 DEPS=build/gpu_deps
 ALL_STAGES=(env kernels bench engine ops-tests sampling-tests ops sampling)
 
@@ -58,7 +65,7 @@ STAGES=()
 for arg in "$@"; do
   case "$arg" in
     --dry-run) DRY=1 ;;
-    -h|--help) sed -n '2,31p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,32p' "$0"; exit 0 ;;
     *) if [[ " ${ALL_STAGES[*]} " == *" $arg "* ]]; then STAGES+=("$arg"); else
          echo "unknown stage or option: $arg (stages: ${ALL_STAGES[*]})"; exit 64; fi ;;
   esac
@@ -143,7 +150,7 @@ fi
 for s in "${STAGES[@]}"; do
   case $s in
     env)
-      nvidia-smi 2>&1 | tee "$RESULTS/nvidia-smi.txt" || echo "(no nvidia-smi)"
+      timeout 30 nvidia-smi 2>&1 | tee "$RESULTS/nvidia-smi.txt"
       if [ "$DRY" = 1 ]; then
         stage env 60 "$PY" scripts/gpu_env.py
       else
@@ -151,6 +158,9 @@ for s in "${STAGES[@]}"; do
         if grep -q "^env: FAILED (exit 3)" "$SUMMARY"; then
           echo "no CUDA device here: nothing to run (bash scripts/gpu_check.sh --dry-run walks the stages on CPU)" \
             | tee -a "$SUMMARY"
+          exit 2
+        elif grep -q "^env: FAILED (exit 4)" "$SUMMARY"; then
+          echo "$PY cannot import torch: set PYTHON to the image's Python" | tee -a "$SUMMARY"
           exit 2
         fi
       fi ;;

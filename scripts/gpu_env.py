@@ -3,8 +3,8 @@
 Prints Python, torch (CUDA build), Triton, transformers, safetensors, numpy, pytest and
 hypothesis (and where each was imported from: the image or ``build/gpu_deps``), the GPU
 (name, compute capability, SMs, memory), where ``reasonserve`` was imported from and the
-GEMM switches of ``reasonserve.ops.triton._gemm_config``. Informational: exits 0, except
-``--require-cuda`` exits 3 when torch sees no CUDA device.
+GEMM switches of ``reasonserve.ops.triton._gemm_config``. Informational: exits 0, except 4
+when torch does not import and, with ``--require-cuda``, 3 when torch sees no CUDA device.
 """
 
 from __future__ import annotations
@@ -43,7 +43,11 @@ def main(argv=None) -> int:
     parser.add_argument("--require-cuda", action="store_true", help="exit 3 when torch sees no CUDA device")
     args = parser.parse_args(argv)
     print(f"python {platform.python_version()} ({sys.executable}), {platform.platform()}")
-    import torch
+    try:
+        import torch
+    except ImportError as err:
+        print(f"torch: NOT importable ({err})")
+        return 4
 
     print(f"torch {torch.__version__}, built for CUDA {torch.version.cuda}")
     for name in ("triton", "transformers", "safetensors", "numpy", "pytest", "hypothesis", "reasonserve"):

@@ -20,10 +20,12 @@ pytestmark = pytest.mark.skipif(
 )
 
 # Plays each stage's command: the kernel tests fail, the benchmark hangs, the rest pass;
-# the environment stage finds CUDA unless NO_CUDA is set (as scripts/gpu_env.py would).
+# the environment stage finds torch and CUDA unless NO_TORCH / NO_CUDA is set (exit 4 / 3,
+# as scripts/gpu_env.py would).
 _STAND_IN = """#!/usr/bin/env bash
 case "$*" in
-  *gpu_env.py*--require-cuda*) echo "stand-in env"; [ -z "${NO_CUDA:-}" ] || exit 3 ;;
+  *gpu_env.py*--require-cuda*) echo "stand-in env"; [ -z "${NO_TORCH:-}" ] || exit 4
+                               [ -z "${NO_CUDA:-}" ] || exit 3 ;;
   *test_gpu_kernels.py*) echo "1 failed"; exit 1 ;;
   *benchmarks/gpu.py*) echo "bench started"; exec sleep 60 ;;
   *) echo "ran $*" ;;
@@ -70,10 +72,15 @@ def test_unknown_stage_is_refused_before_anything_runs(tmp_path):
     assert not (tmp_path / "out").exists()
 
 
-def test_without_cuda_it_stops_after_the_environment_with_a_clear_message(tmp_path):
-    done, summary = _run(tmp_path, "env", "kernels", python=_stand_in(tmp_path), NO_CUDA="1")
+@pytest.mark.parametrize(("missing", "code", "message"), [
+    ("NO_CUDA", 3, "no CUDA device here"), ("NO_TORCH", 4, "cannot import torch: set PYTHON"),
+])  # fmt: skip
+def test_without_cuda_or_torch_it_stops_after_the_environment_with_a_clear_message(
+    tmp_path, missing, code, message
+):
+    done, summary = _run(tmp_path, "env", "kernels", python=_stand_in(tmp_path), **{missing: "1"})
     assert done.returncode == 2, done.stdout + done.stderr
-    assert summary[0].startswith("env: FAILED (exit 3)") and "no CUDA device here" in summary[1]
+    assert summary[0].startswith(f"env: FAILED (exit {code})") and message in summary[1]
     assert len(summary) == 2  # the kernels stage never started
     assert "stand-in env" in (tmp_path / "out" / "01-env.log").read_text()
 
