@@ -52,8 +52,8 @@ def _fake(shape, dtype):
 ALIGNED = {"on": True}
 
 
-def compile_one(fn, types_by_arg: dict, constexprs: dict, warps: int, stages: int, **options) -> str:
-    """PTX of ``fn`` for sm_90; arguments not named in ``types_by_arg`` are ``i32``."""
+def compile_one(fn, types_by_arg: dict, constexprs: dict, warps: int, stages: int, **options):
+    """``fn`` compiled for sm_90; arguments not named in ``types_by_arg`` are ``i32``."""
     signature = {a: "constexpr" if a in constexprs else types_by_arg.get(a, "i32") for a in fn.arg_names}
     attrs = {}
     if ALIGNED["on"]:
@@ -63,12 +63,26 @@ def compile_one(fn, types_by_arg: dict, constexprs: dict, warps: int, stages: in
         ASTSource(fn, signature, constexprs=constexprs, attrs=attrs), target=TARGET,
         options={"num_warps": warps, "num_stages": stages, **options},
     )  # fmt: skip
-    return kernel.asm["ptx"]
+    return kernel
 
 
-def _report(name: str, ptx: str) -> dict:
+#: H100: at most 227 KiB of shared memory per block; more fails only when the GPU loads it.
+MAX_SHARED = 232448
+#: What only a GPU launch would reveal: too much shared memory, or a global scratch
+#: buffer (a launch would need ``triton.set_allocator``, which the library never sets).
+PROBLEMS: list[str] = []
+
+
+def _report(name: str, compiled) -> dict:
+    ptx, md = compiled.asm["ptx"], compiled.metadata
     uses = {op: op in ptx for op in ("wgmma", "mma.sync", "cp.async.bulk.tensor")}
-    print(f"ok   {name}: " + ", ".join(k for k, v in uses.items() if v))
+    ops = ", ".join(k for k, v in uses.items() if v)
+    print(f"ok   {name}: {ops} [{md.shared / 1024:.0f} KiB shared]")
+    if md.shared > MAX_SHARED:
+        PROBLEMS.append(f"{name}: {md.shared} bytes of shared memory > {MAX_SHARED}")
+    if getattr(md, "global_scratch_size", 0):
+        scratch = md.global_scratch_size
+        PROBLEMS.append(f"{name}: needs {scratch} bytes of global scratch (triton.set_allocator)")
     return uses
 
 
@@ -90,8 +104,9 @@ def gemm_checks(dt: str, dtype: torch.dtype) -> list[str]:
                 types_by_arg |= {"a_src": f"*{dt}", "b_src": f"*{dt}"}
             consts = dict(BLOCK_M=tiles.block_m, BLOCK_N=tiles.block_n, BLOCK_K=bk, GROUP_M=tiles.group_m,
                           PRECISION=precision, USE_TMA=tma, B_KN=b_kn)  # fmt: skip
-            ptx = compile_one(matmul._matmul_kernel, types_by_arg, consts, tiles.num_warps, tiles.num_stages)
-            uses = _report(f"gemm {tiles} tma={tma} b_kn={b_kn}", ptx)
+            warps, stages = tiles.num_warps, tiles.num_stages
+            compiled = compile_one(matmul._matmul_kernel, types_by_arg, consts, warps, stages)
+            uses = _report(f"gemm {tiles} tma={tma} b_kn={b_kn}", compiled)
             if dtype != torch.float32 and not uses["wgmma"]:
                 failures.append(f"gemm {tiles} tma={tma} b_kn={b_kn}: no wgmma")
     return failures
@@ -111,8 +126,8 @@ def paged_checks(dt: str, dtype: torch.dtype) -> None:
                           BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_D=d,
                           HEAD_DIM=d, PRECISION="ieee" if dtype == torch.float32 else "tf32")  # fmt: skip
             kernel = paged_attention._paged_kernel
-            ptx = compile_one(kernel, types_by_arg, consts, cfg.num_warps, cfg.num_stages)
-            _report(f"paged {label} Hq/Hkv={hq}/{hkv} D={d} {cfg}", ptx)
+            compiled = compile_one(kernel, types_by_arg, consts, cfg.num_warps, cfg.num_stages)
+            _report(f"paged {label} Hq/Hkv={hq}/{hkv} D={d} {cfg}", compiled)
         combine = {"o_ptr": f"*{dt}"} | ints | floats
         consts = dict(GROUP=hq // hkv, GROUP_PAD=triton.next_power_of_2(hq // hkv), BLOCK_D=d, HEAD_DIM=d)
         _report("paged combine", compile_one(paged_attention._combine_kernel, combine, consts, 4, 1))
@@ -143,12 +158,12 @@ def rms_checks(dt: str) -> None:
 def row_checks(dt: str) -> None:
     for block in (1024, 4096):
         types_by_arg = {"x_ptr": f"*{dt}", "y_ptr": "*fp32"}
-        ptx = compile_one(rowwise._mean_kernel, types_by_arg, {"BLOCK": block}, 4, 1)
-        _report(f"mean BLOCK={block}", ptx)
+        compiled = compile_one(rowwise._mean_kernel, types_by_arg, {"BLOCK": block}, 4, 1)
+        _report(f"mean BLOCK={block}", compiled)
         for log in (False, True):
             types_by_arg = {"x_ptr": f"*{dt}", "y_ptr": f"*{dt}"}
-            ptx = compile_one(rowwise._softmax_kernel, types_by_arg, {"LOG": log, "BLOCK": block}, 4, 1)
-            _report(f"softmax log={log} BLOCK={block}", ptx)
+            compiled = compile_one(rowwise._softmax_kernel, types_by_arg, {"LOG": log, "BLOCK": block}, 4, 1)
+            _report(f"softmax log={log} BLOCK={block}", compiled)
 
 
 def attention_checks(dt: str, dtype: torch.dtype) -> None:
@@ -168,8 +183,8 @@ def sampling_checks(dt: str) -> None:
                     "temp_ptr": "*fp64", "thr_ptr": "*fp64", "out_ptr": "*i64"}  # fmt: skip
     for one_hot in (False, True):
         consts = dict(ONE_HOT=one_hot, LN2_=LN2, SQRT2_=SQRT2, C=tuple(ATANH_COEFFS), BLOCK=sampling._BLOCK)
-        ptx = compile_one(sampling._sample_kernel, types_by_arg, consts, 4, 3, enable_fp_fusion=False)
-        _report(f"sample one_hot={one_hot}", ptx)
+        compiled = compile_one(sampling._sample_kernel, types_by_arg, consts, 4, 3, enable_fp_fusion=False)
+        _report(f"sample one_hot={one_hot}", compiled)
     types_by_arg = {"s_lo_ptr": "*i64", "s_hi_ptr": "*i64", "p_lo_ptr": "*i64", "u_ptr": "*fp64"}
     _report("uniform noise", compile_one(noise._uniform_kernel, types_by_arg, {"BLOCK": 1024}, 4, 3))
 
@@ -191,6 +206,7 @@ def main() -> int:
     except Exception as err:  # a compile error: print it whole
         print(f"FAILED to compile: {type(err).__name__}: {err}")
         return 1
+    failures += PROBLEMS
     for failure in failures:
         print(f"FAILED: {failure}")
     return 1 if failures else 0
