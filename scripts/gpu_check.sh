@@ -120,7 +120,8 @@ stage() {
 
 pytest_stage() {  # NAME CAP_S FILE: the gpu-marked tests of one file, in their own process
   local name=$1 cap=$2 file=$3
-  stage "$name" "$cap" "$PY" -c "$PYTEST_MAIN" "$PWD/$DEPS" -p no:cacheprovider -q -m gpu -rfEs \
+  # -v: one line per test as it ends, so a stage killed at its timeout still shows each outcome
+  stage "$name" "$cap" "$PY" -c "$PYTEST_MAIN" "$PWD/$DEPS" -p no:cacheprovider -v --tb=short -m gpu -rfEs \
     --durations=10 --junitxml="$RESULTS/$name.xml" "$file"
 }
 
@@ -164,7 +165,7 @@ for s in "${STAGES[@]}"; do
           exit 2
         fi
       fi ;;
-    kernels) pytest_stage kernels 150 tests/test_gpu_kernels.py ;;
+    kernels) pytest_stage kernels 180 tests/test_gpu_kernels.py ;;
     bench) bench_stage ;;
     engine) pytest_stage engine 150 tests/test_gpu_engine.py ;;
     ops-tests) pytest_stage ops-tests 90 tests/test_gpu.py ;;
