@@ -47,18 +47,36 @@ def _fake(shape, dtype):
     return types.SimpleNamespace(device=torch.device("cuda"), dtype=dtype, shape=shape)
 
 
-#: Compile as a launch sees 16-byte aligned pointers (every fresh allocation: the usual
-#: case, with vectorized loads); ``--unaligned`` compiles without that hint (offset views).
+#: Compile as a launch at Qwen2 shapes specializes (the default): 16-byte aligned pointers
+#: (fresh allocations), unit strides as the constant 1 and strides and sizes that are
+#: multiples of 16 marked so, which is what lets Triton vectorize and pipeline pointer
+#: loads. ``--unaligned`` compiles without any of it (offset views, odd sizes).
 ALIGNED = {"on": True}
+#: Per kernel: (arguments that are 1, arguments that are multiples of 16) at those shapes.
+LAUNCH_SHAPES = {
+    "_matmul_kernel": (("sak", "scn"), ("sam", "scm", "N", "K")),  # + sbn or sbk: see gemm_checks
+    "_paged_kernel": (("sq2", "sk3", "sv3", "so2"),
+                      ("sq0", "sq1", "sk0", "sk1", "sk2", "sv0", "sv1", "sv2", "so0", "so1", "swa0", "swa1",
+                       "swa2")),
+    "_combine_kernel": (("so2",), ("so0", "so1", "swa0", "swa1", "swa2")),
+    "_rms_norm_kernel": ((), ("N", "stride_x", "stride_r", "stride_y", "stride_h")),
+    "_mean_kernel": ((), ("N", "stride_x")),
+    "_softmax_kernel": ((), ("N", "stride_x", "stride_y")),
+    "_attention_kernel": (("sqd", "skd", "svd", "sod"), ("D", "sqb", "sqh", "skb", "skh", "svb", "svh", "sob",
+                                                         "soh")),
+}  # fmt: skip
 
 
-def compile_one(fn, types_by_arg: dict, constexprs: dict, warps: int, stages: int, **options):
+def compile_one(fn, types_by_arg: dict, constexprs: dict, warps: int, stages: int, *, unit=(), **options):
     """``fn`` compiled for sm_90; arguments not named in ``types_by_arg`` are ``i32``."""
-    signature = {a: "constexpr" if a in constexprs else types_by_arg.get(a, "i32") for a in fn.arg_names}
     attrs = {}
     if ALIGNED["on"]:
-        pointers = [i for i, a in enumerate(fn.arg_names) if signature[a].startswith("*")]
-        attrs = {(i,): [["tt.divisibility", 16]] for i in pointers}
+        ones, sixteens = LAUNCH_SHAPES.get(fn.__name__, ((), ()))
+        constexprs = constexprs | {name: 1 for name in (*ones, *unit)}
+    signature = {a: "constexpr" if a in constexprs else types_by_arg.get(a, "i32") for a in fn.arg_names}
+    if ALIGNED["on"]:
+        hinted = [i for i, a in enumerate(fn.arg_names) if signature[a].startswith("*") or a in sixteens]
+        attrs = {(i,): [["tt.divisibility", 16]] for i in hinted}
     kernel = triton.compile(
         ASTSource(fn, signature, constexprs=constexprs, attrs=attrs), target=TARGET,
         options={"num_warps": warps, "num_stages": stages, **options},
@@ -105,7 +123,8 @@ def gemm_checks(dt: str, dtype: torch.dtype) -> list[str]:
             consts = dict(BLOCK_M=tiles.block_m, BLOCK_N=tiles.block_n, BLOCK_K=bk, GROUP_M=tiles.group_m,
                           PRECISION=precision, USE_TMA=tma, B_KN=b_kn)  # fmt: skip
             warps, stages = tiles.num_warps, tiles.num_stages
-            compiled = compile_one(matmul._matmul_kernel, types_by_arg, consts, warps, stages)
+            unit = ("sbn",) if b_kn else ("sbk",)  # the weight's contiguous dimension
+            compiled = compile_one(matmul._matmul_kernel, types_by_arg, consts, warps, stages, unit=unit)
             uses = _report(f"gemm {tiles} tma={tma} b_kn={b_kn}", compiled)
             if dtype != torch.float32 and not uses["wgmma"]:
                 failures.append(f"gemm {tiles} tma={tma} b_kn={b_kn}: no wgmma")
