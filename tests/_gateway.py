@@ -94,6 +94,23 @@ def token_id(token: str) -> int:
 
 
 @contextlib.contextmanager
+def chain_upstream(folder: pathlib.Path):
+    """``reasonserve serve`` of the chain checkpoint written to ``folder`` (model "chain",
+    ``<eos>`` ends a request, ``</think>`` is the end-of-thinking token): yields its
+    :class:`~_live_server.Live`, with ``folder`` set."""
+    from _live_server import live_server
+    from reasonserve.engine import Engine, EngineConfig
+    from reasonserve.serve.config import ServeConfig
+
+    write_chain_checkpoint(folder)
+    ids = dict(eos_token_id=token_id("<eos>"), end_of_thinking_token_id=token_id(THINK_END))
+    engine = Engine.from_pretrained(folder, EngineConfig(block_size=16, num_blocks=1024, **ids))
+    with live_server(engine, ServeConfig(model_name="chain", max_tokens_limit=4000)) as live:
+        live.folder = folder
+        yield live
+
+
+@contextlib.contextmanager
 def live_gateway(cfg: GatewayConfig):
     """The gateway of ``cfg`` on a loopback port: yields ``(url, gateway)``."""
     app = create_gateway_app(cfg)

@@ -72,3 +72,15 @@ def wait_until(predicate, timeout_s: float = TIMEOUT_S, interval_s: float = 0.02
             return True
         time.sleep(interval_s)
     return predicate()
+
+
+def assert_error(r, status: int, param=...) -> dict:
+    """``r`` (an httpx response) is a ``status`` error in the OpenAI shape (naming ``param``
+    when given); returns the error object."""
+    assert r.status_code == status, r.text
+    assert r.headers["content-type"].startswith("application/json")
+    err = r.json()["error"]
+    assert set(err) == {"message", "type", "param", "code"} and err["code"] == status and err["message"]
+    if param is not ...:
+        assert err["param"] == param, err
+    return err

@@ -70,6 +70,7 @@ def _parser() -> argparse.ArgumentParser:
         serve.add_argument(f"--{flag}", type=int, default=default, help=f"{what} (default {default})")
     floats = (("header-timeout-s", 10.0, "seconds to receive a request's headers"),
               ("body-timeout-s", 30.0, "seconds to receive a request's body"),
+              ("send-timeout-s", 30.0, "seconds a reply may stall on a client that does not read it"),
               ("drain-timeout-s", 10.0, "seconds running requests get to finish after SIGTERM"))  # fmt: skip
     for flag, seconds, what in floats:
         serve.add_argument(f"--{flag}", type=float, default=seconds, help=f"{what} (default {seconds})")
@@ -289,7 +290,7 @@ def _serve(args) -> int:
                       max_tokens_limit=args.max_tokens_limit, max_request_bytes=args.max_request_bytes,
                       max_queued_requests=args.max_queued_requests, max_connections=args.max_connections,
                       header_timeout_s=args.header_timeout_s, body_timeout_s=args.body_timeout_s,
-                      drain_timeout_s=args.drain_timeout_s,
+                      send_timeout_s=args.send_timeout_s, drain_timeout_s=args.drain_timeout_s,
                       chat_template=launch.read_chat_template(args.chat_template),
                       trust_request_chat_template=args.trust_request_chat_template,
                       reasoning_parser=args.reasoning_parser)  # fmt: skip

@@ -32,7 +32,7 @@ from reasonserve.gateway.scheduling import ProgramScheduler
 from reasonserve.gateway.upstream import ProgramClient
 from reasonserve.programs import Trace
 from reasonserve.serve.errors import ApiError, error_body
-from reasonserve.serve.parsing import parse_body
+from reasonserve.serve.parsing import json_body, parse_body
 from reasonserve.serve.reasoning_parser import ReasoningParser
 from reasonserve.serve.responses import sse
 from reasonserve.serve.routes import race_disconnect
@@ -65,7 +65,7 @@ class Gateway:
             self.metrics.observe_request(endpoint, status)
 
     async def _handle(self, request: Request, model: type):
-        body = parse_body(await request.body(), model)
+        body = parse_body(await json_body(request), model)
         chat = model is GatewayChatRequest
         plan = plan_program(body, self.cfg, self.parser.end_tag, self.probe_suffix)
         prompt = await self._prompt(body, chat)

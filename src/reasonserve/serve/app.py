@@ -22,7 +22,7 @@ from reasonserve.serve.config import ServeConfig
 from reasonserve.serve.errors import ApiError, AsciiJSONResponse, install_error_handlers
 from reasonserve.serve.limits import BodyLimitMiddleware, RequestLimitMiddleware
 from reasonserve.serve.metrics import ServerMetrics
-from reasonserve.serve.parsing import parse_body
+from reasonserve.serve.parsing import json_body, parse_body
 from reasonserve.serve.protocol import (
     ChatCompletionRequest,
     CompletionRequest,
@@ -92,12 +92,12 @@ def create_app(runner: EngineRunner, config: ServeConfig | None = None) -> FastA
 
     @app.post("/tokenize")
     async def tokenize_route(request: Request):
-        raw = await request.body()
+        raw = await json_body(request)
         return await gen.work(lambda: tokenize(parse_body(raw, TokenizeRequest), gen.cap, cfg))
 
     @app.post("/detokenize")
     async def detokenize_route(request: Request):
-        raw = await request.body()
+        raw = await json_body(request)
         return await gen.work(lambda: detokenize(parse_body(raw, DetokenizeRequest), gen.cap, cfg))
 
     app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]

@@ -217,6 +217,9 @@ def _prompt_list(prompt) -> list:
 
 def _encode(prompt: str | list[int], cap: Capacity, param: str, add_special_tokens: bool) -> list[int]:
     if not isinstance(prompt, str):
+        vocab, top = cap.vocab_size, max(prompt)
+        if vocab is not None and top >= vocab:
+            raise ApiError(400, f"prompt token id {top} is outside the vocabulary [0, {vocab})", param=param)
         return list(prompt)
     if cap.tokenizer is None:
         raise ApiError(400, "text prompts need a tokenizer; send token ids", param=param)
