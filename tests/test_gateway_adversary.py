@@ -65,8 +65,12 @@ BAD = [  # (raw body, path, status, param)
     (b'{"prompt": "Q:", "temperature": NaN}', "/v1/completions", 400, None),
     (b'{"prompt": "Q:", "max_tokens": "9"}', "/v1/completions", 400, "max_tokens"),
     (b'{"prompt": "Q:", "self_consistency": {"n": 100000}}', "/v1/completions", 400, "self_consistency.n"),
-    (b'{"prompt": "Q:", "early_exit": {"probe_interval_tokens": 0}}', "/v1/completions", 400,
-     "early_exit.probe_interval_tokens"),
+    (
+        b'{"prompt": "Q:", "early_exit": {"probe_interval_tokens": 0}}',
+        "/v1/completions",
+        400,
+        "early_exit.probe_interval_tokens",
+    ),
     (b'{"prompt": "Q:", "frobnicate": 1}', "/v1/completions", 400, "frobnicate"),
     (b'{"prompt": [999999]}', "/v1/completions", 400, None),  # out of the upstream's vocabulary
     (json.dumps({"prompt": [7] * 4500, "max_tokens": 4000}).encode(), "/v1/completions", 400, None),  # past

@@ -69,8 +69,12 @@ ROUTES = [
 @pytest.mark.parametrize("media", ["text/plain", "application/x-www-form-urlencoded", "multipart/form-data"])
 def test_a_body_that_is_not_json_by_its_content_type_is_415(live, path, body, media):
     assert_error(post(live, body, path, headers={"content-type": media}), 415)
-    assert post(live, body, path, headers={"content-type": "application/json; charset=utf-8"}).status_code == 200
-    assert post(live, body, path, headers={}).status_code == 200  # no type at all: read as JSON (curl -d ... -H none)
+    assert (
+        post(live, body, path, headers={"content-type": "application/json; charset=utf-8"}).status_code == 200
+    )
+    assert (
+        post(live, body, path, headers={}).status_code == 200
+    )  # no type at all: read as JSON (curl -d ... -H none)
     assert_clean(live)
 
 
@@ -87,7 +91,9 @@ def test_bad_token_ids_name_the_prompt_and_say_what_is_allowed(live):
 def test_a_client_that_leaves_mid_stream_has_its_request_aborted_and_its_blocks_freed(live):
     aborts = _metric(live, ABORTS)
     assert live.runner.snapshot.kv_blocks_used == 0
-    with httpx.stream("POST", live.url + "/v1/completions", json={**LONG, "stream": True}, timeout=TIMEOUT_S) as r:
+    with httpx.stream(
+        "POST", live.url + "/v1/completions", json={**LONG, "stream": True}, timeout=TIMEOUT_S
+    ) as r:
         lines = r.iter_lines()
         assert next(lines).startswith("data: {")
         assert live.runner.num_live == 1 and live.runner.snapshot.kv_blocks_used > 0
@@ -115,7 +121,9 @@ def test_a_client_that_never_reads_its_stream_is_cut_off_and_blocks_no_one(live)
         assert wait_until(lambda: live.runner.num_live == 4, BUDGET_S)
         r = post(live, {"prompt": [1, 2], "max_tokens": 3, "temperature": 0, "ignore_eos": True})
         assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] == 3  # not blocked by it
-        assert wait_until(lambda: not _connected(live, sock), BUDGET_S), "the stalled connection is still held"
+        assert wait_until(lambda: not _connected(live, sock), BUDGET_S), (
+            "the stalled connection is still held"
+        )
         sock.settimeout(TIMEOUT_S)
         received = b""
         while chunk := _recv(sock):
@@ -168,5 +176,8 @@ def test_stream_options_include_usage_ends_with_the_usage_of_what_was_streamed(l
     chunks = [json.loads(e) for e in events[:-1]]
     ids = [t for c in chunks for ch in c["choices"] for t in ch.get("token_ids") or []]
     assert all(c["usage"] is None for c in chunks[:-1]) and chunks[-1]["choices"] == []
-    assert chunks[-1]["usage"]["completion_tokens"] == len(ids) == 5 and chunks[-1]["usage"]["prompt_tokens"] == 3
+    assert (
+        chunks[-1]["usage"]["completion_tokens"] == len(ids) == 5
+        and chunks[-1]["usage"]["prompt_tokens"] == 3
+    )
     assert_clean(live)

@@ -277,14 +277,12 @@ def _serve(args) -> int:
         raise ImplementationUnavailableError(hint) from err
 
     tokenizer = launch.load_serving_tokenizer(args.model)
-    eot = args.end_of_thinking_token_id
+    eot = launch.end_of_thinking_config(args.end_of_thinking_token_id, args.reasoning_parser, tokenizer)
     engine_cfg = EngineConfig(mode=args.mode, num_blocks=args.num_blocks, block_size=args.block_size,
                               max_num_seqs=args.max_num_seqs, max_model_len=args.max_model_len,
                               max_num_batched_tokens=args.max_num_batched_tokens, seed=args.seed,
                               policy=args.policy,
-                              eos_token_ids=launch.serving_eos_ids(args.model, tokenizer),
-                              end_of_thinking_token_id=eot if eot is not None else
-                              launch.end_of_thinking_id(args.reasoning_parser, tokenizer))  # fmt: skip
+                              eos_token_ids=launch.serving_eos_ids(args.model, tokenizer), **eot)  # fmt: skip
     policy = launch.make_policy(args.policy, args.policy_args)
     cfg = ServeConfig(model_name=args.served_model_name or pathlib.Path(args.model).name,
                       max_tokens_limit=args.max_tokens_limit, max_request_bytes=args.max_request_bytes,

@@ -123,9 +123,9 @@ class Engine:
             raise InvalidArgumentError(f"request id {rid!r} is already in use")
         if program_id is not None and not isinstance(program_id, str):
             raise InvalidArgumentError(f"program_id must be a str or None, got {program_id!r}")
-        if params.thinking_token_budget is not None and self.config.end_of_thinking_token_id is None:
+        if params.thinking_token_budget is not None and not self.config.thinking_end_ids:
             raise InvalidArgumentError(
-                "thinking_token_budget needs the engine's end_of_thinking_token_id (the token it forces)"
+                "thinking_token_budget needs the engine's end_of_thinking_token_id(s) (the tokens it forces)"
             )
         if committed_output and params.logprobs is not None:
             raise InvalidArgumentError("logprobs cannot be returned for committed_output tokens")
@@ -136,7 +136,7 @@ class Engine:
             params,
             seed,
             self.clock(),
-            self.config.end_of_thinking_token_id,
+            self.config.thinking_end_ids,
             program_id,
             prefix_hashes(tokens, self.config.block_size),
         )

@@ -40,7 +40,7 @@ __all__ = ["AsciiJSONResponse", "capacity_of", "create_app"]
 def capacity_of(engine) -> Capacity:
     cfg = engine.config
     kv_tokens = cfg.num_blocks * cfg.block_size
-    eot = cfg.end_of_thinking_token_id
+    eot = cfg.thinking_end_ids
     model = getattr(engine, "model", None)  # an Engine; a replica pool's EngineInfo has vocab_size
     vocab = model.cfg.vocab_size if model is not None else getattr(engine, "vocab_size", None)
     return Capacity(engine.tokenizer, engine.max_model_len, kv_tokens, cfg.all_eos_token_ids, eot, vocab)
