@@ -150,9 +150,22 @@ def test_deterministic_logprobs_are_the_invariant_ones(path):
     assert out.logprobs == reference.logprobs  # bit for bit: verified values replace the fast path's
 
 
-def test_logprobs_with_committed_output_are_refused(path):
-    engine = _engine(path)
-    with pytest.raises(InvalidArgumentError, match="committed_output"):
-        engine.add_request(PROMPT, SamplingParams(logprobs=1), committed_output=[1, 2])
+@pytest.mark.parametrize("mode", ["dvr", "batch_invariant"])
+def test_a_resumed_request_reports_the_logprobs_of_what_it_samples_after_its_committed_tokens(path, mode):
+    """A request resumed from committed tokens (migration) has None for those (they were
+    reported where they were sampled) and, after them, the undisturbed run's logprobs
+    bit for bit (deterministic requests)."""
+    params = dict(temperature=0.9, seed=5, deterministic=True, logprobs=3, ignore_eos=True)
+    whole = _run(_engine(path, mode=mode), **params)
+    engine = _engine(path, mode=mode, dvr_window=4)
+    sampling = SamplingParams(**({"max_tokens": 16, "temperature": 0.0} | params))
+    rid = engine.add_request(PROMPT, sampling, committed_output=whole.token_ids[:6])
+    assert engine.verified_logprobs(rid) == [None] * 6
+    done = {}
+    while engine.has_unfinished():
+        done |= {o.request_id: o for o in engine.step()}
+    out = done[rid]
+    assert out.token_ids == whole.token_ids
+    assert out.logprobs == [None] * 6 + whole.logprobs[6:]
     with pytest.raises(InvalidArgumentError, match="logprobs"):
         SamplingParams(logprobs=21)

@@ -57,6 +57,51 @@ def _metric(live, name: str) -> float:
 
 
 ABORTS = 'request_success_total{finished_reason="abort"}'
+CHAT = "/v1/chat/completions"
+USER = [{"role": "user", "content": "hi"}]
+HUGE = [  # (body, path, param): each a 400 naming the parameter, before any engine work
+    ({"prompt": "hi", "n": 65}, None, "n"),  # prompts x n over max_choices_per_request (64)
+    ({"prompt": "hi", "n": 10**6}, None, "n"),
+    ({"prompt": "hi", "best_of": 10**5}, None, "best_of"),
+    ({"prompt": "hi", "max_tokens": 2**40}, None, "max_tokens"),
+    ({"messages": USER, "logprobs": True, "top_logprobs": 10**9}, CHAT, "top_logprobs"),
+    ({"prompt": "hi", "logprobs": 10**9}, None, "logprobs"),
+    ({"prompt": "hi", "logit_bias": {str(i): 1.0 for i in range(1500)}}, None, "logit_bias"),
+    ({"prompt": "hi", "stop": ["a"] * 1000}, None, "stop"),
+    ({"prompt": "hi", "stop": ["a" * 10_000]}, None, "stop[0]"),
+    ({"prompt": "hi", "stop_token_ids": list(range(1000))}, None, "stop_token_ids"),
+    ({"prompt": "hi", "temperature": -0.5}, None, "temperature"),
+    ({"prompt": "hi", "top_p": "0.5"}, None, "top_p"),
+    ({"prompt": "hi", "seed": 2**64}, None, "seed"),
+    ({"prompt": "a " * 5000}, None, "prompt"),  # 10,000 tokens: past the 2048-token context
+    ({"messages": USER, "tools": [{"type": "function", "function": {"name": "f"}}]}, CHAT, "tools"),
+    ({"messages": USER, "tool_choice": "required"}, CHAT, "tool_choice"),
+    ({"messages": USER, "functions": [{"name": "f"}]}, CHAT, "functions"),
+    ({"messages": USER, "max_tokens": 3, "max_completion_tokens": 4}, CHAT, "max_completion_tokens"),
+    ({"tokens": [0, 1, -1]}, "/detokenize", "tokens[2]"),
+    ({"tokens": ["a"]}, "/detokenize", "tokens[0]"),
+    ({"prompt": "x", "messages": USER}, "/tokenize", "prompt"),
+]
+
+
+@pytest.mark.parametrize(("body", "path", "param"), HUGE, ids=[f"huge{i}" for i in range(len(HUGE))])
+def test_out_of_range_and_unsupported_parameters_are_400s_naming_them(live, body, path, param):
+    assert_error(post(live, body, path or "/v1/completions"), 400, param)
+    assert live.runner.num_live == 0
+
+
+def test_tool_messages_and_accepted_openai_fields_are_served(live):
+    call = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": '{"a": 1}'}}
+    messages = [*USER, {"role": "assistant", "content": None, "tool_calls": [call]},
+                {"role": "tool", "content": "3", "tool_call_id": "c1"}]  # fmt: skip
+    body = {"messages": messages, "max_tokens": 2, "tool_choice": "none", "store": False,
+            "metadata": {"k": "v"}, "service_tier": "auto", "parallel_tool_calls": False, "user": "u"}  # fmt: skip
+    r = post(live, body, CHAT)
+    assert r.status_code == 200 and r.json()["choices"][0]["message"]["tool_calls"] == []
+    bad = {**body, "messages": [*USER, {"role": "assistant", "tool_calls": [{**call, "function": {
+        "name": "f", "arguments": "[" * 5000}}]}]}  # fmt: skip
+    assert_error(post(live, bad, CHAT), 400, "messages[1].tool_calls[0].function.arguments")
+    assert_clean(live)
 ROUTES = [
     ("/v1/completions", {"prompt": "hi", "max_tokens": 2}),
     ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}),

@@ -84,7 +84,8 @@ class Sequence:
     num_swaps: int = 0
     num_cached_tokens: int = 0
     eot_index: int | None = None  # index in output of the (last) end-of-thinking token
-    logprobs: list[TokenLogprobs] = field(default_factory=list)  # per output token, when asked for
+    # per output token, when asked for (None: a restored token, its logprobs reported where it was sampled)
+    logprobs: list[TokenLogprobs | None] = field(default_factory=list)
     finished_s: float | None = None
 
     @property
@@ -147,6 +148,8 @@ class Sequence:
         KV is computed by the next prefill (``num_computed`` stays 0)."""
         for token in committed:
             self.append(token, now)
+        if self.params.logprobs is not None:
+            self.logprobs.extend([None] * len(committed))
         self.dvr.verified = len(committed)
 
     def truncate(self, n: int) -> None:
