@@ -7,6 +7,7 @@ is answered exactly. (Upstream faults -- garbage, cut connections, hangs -- are
 from __future__ import annotations
 
 import json
+import threading
 
 import pytest
 
@@ -14,7 +15,7 @@ httpx = pytest.importorskip("httpx", reason="gateway tests need httpx (client ex
 pytest.importorskip("transformers", reason="the chain checkpoint is written with transformers")
 
 from _gateway import ANSWER, REASONING, chain_upstream, live_gateway  # noqa: E402
-from _live_server import TIMEOUT_S, assert_error, wait_until  # noqa: E402
+from _live_server import TIMEOUT_S, Held, assert_error, wait_until  # noqa: E402
 from reasonserve.gateway import GatewayConfig  # noqa: E402
 from reasonserve.serve.config import ServeConfig  # noqa: E402
 
@@ -112,3 +113,34 @@ def test_requests_past_max_connections_get_503_and_health_still_answers(upstream
         assert health.status_code == 200 and health.json()["programs_running"] == MAX_CONNECTIONS
         assert httpx.get(url + "/metrics", timeout=TIMEOUT_S).status_code == 200
     assert_clean(upstream, gateway)  # leaving the streams aborted their upstream requests
+
+
+def test_a_parse_in_progress_leaves_health_and_other_parses_waiting_not_the_event_loop(upstream, gateway, monkeypatch):
+    """Bodies are parsed on the gateway's one planning thread: while one parse is held
+    up, /health answers, and a second body waits its turn instead of starting a second
+    parse (a pool of threads would take the GIL from the event loop in turns)."""
+    from reasonserve.gateway import routes
+
+    url, _ = gateway
+    held = Held(routes.parse_body)
+    monkeypatch.setattr(routes, "parse_body", held)
+    replies: list = []
+    body = {"prompt": [999_999] * 5_000, "early_exit": "off", "max_tokens": 10}  # rejected upstream: 400
+
+    def send() -> None:
+        replies.append(post(url, body))
+
+    senders = [threading.Thread(target=send) for _ in range(2)]
+    for t in senders:
+        t.start()
+    try:
+        assert wait_until(lambda: held.active == 1)
+        # a bound on failure: with the parse on the event loop /health would wait for the release
+        assert httpx.get(url + "/health", timeout=TIMEOUT_S / 3).status_code == 200
+        assert held.peak == 1
+    finally:
+        held.release()
+        for t in senders:
+            t.join(TIMEOUT_S)
+    assert [r.status_code for r in replies] == [400, 400] and held.peak == 1
+    assert_clean(upstream, gateway)

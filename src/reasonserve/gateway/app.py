@@ -12,6 +12,7 @@ beyond; ``/health`` and ``/metrics`` exempt) are ``reasonserve serve``'s.
 from __future__ import annotations
 
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 from fastapi import FastAPI, Request
@@ -68,6 +69,7 @@ def create_gateway_app(cfg: GatewayConfig, http: HTTPClient | None = None) -> Fa
         scheduler=ProgramScheduler(cfg.max_programs, cfg.starvation_bound_s, priorities=cfg.priorities),
         metrics=GatewayMetrics(),
         probe_suffix=cfg.probe_suffix or DEFAULT_PROBE_SUFFIX,
+        planning=ThreadPoolExecutor(max_workers=1, thread_name_prefix="reasonserve-gateway-plan"),
         template=ChatTemplate(cfg.tokenizer) if cfg.tokenizer else None,
     )
     app = FastAPI(title="reasonserve gateway", default_response_class=AsciiJSONResponse)

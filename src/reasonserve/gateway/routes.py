@@ -1,6 +1,9 @@
 """The generation endpoints: a request in, its program run, the response out.
 
 Parse (strict, 400 naming the field) -> plan -> prompt -> admission (429) -> program.
+Parsing runs on the app's one planning thread, as in ``reasonserve serve``: a burst of
+large bodies costs the event loop at most one parse at a time, so ``/health`` and live
+streams stay responsive.
 A streamed response opens only once the program has produced its first text (or
 ended), so an upstream that fails before that gets a clean 502/504; a failure later
 ends the stream with an error event in the OpenAI shape. A non-streamed request races
@@ -11,9 +14,11 @@ aborts every upstream request it still has running.
 
 from __future__ import annotations
 
+import asyncio
 import time
 import uuid
 from collections.abc import AsyncIterator
+from concurrent.futures import Executor
 from dataclasses import dataclass
 
 from fastapi import Request
@@ -50,6 +55,7 @@ class Gateway:
     scheduler: ProgramScheduler
     metrics: GatewayMetrics
     probe_suffix: str
+    planning: Executor
     template: ChatTemplate | None = None
 
     async def handle(self, request: Request, model: type, endpoint: str):
@@ -65,7 +71,8 @@ class Gateway:
             self.metrics.observe_request(endpoint, status)
 
     async def _handle(self, request: Request, model: type):
-        body = parse_body(await json_body(request), model)
+        raw = await json_body(request)
+        body = await asyncio.get_running_loop().run_in_executor(self.planning, parse_body, raw, model)
         chat = model is GatewayChatRequest
         plan = plan_program(body, self.cfg, self.parser.end_tag, self.probe_suffix)
         prompt = await self._prompt(body, chat)
