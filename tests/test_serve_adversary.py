@@ -152,15 +152,18 @@ def _connected(live, sock: socket.socket) -> bool:
 
 
 def test_a_client_that_never_reads_its_stream_is_cut_off_and_blocks_no_one(live):
-    """The reply (4 choices with top-20 logprobs: 1.5 kB per token each, about 11 MB in
-    all) outgrows the socket buffers (Linux's grow to 4 MB on the sending side) of a
-    client that reads nothing; after ``send_timeout_s`` stalled the server drops the
-    connection, and the engine request with it. Meanwhile other requests are served."""
+    """The reply (4 chat choices with top-20 logprobs: 1.6 kB per token each, about 12 MB
+    in all) outgrows the socket buffers (Linux's grow to 4 MB on the sending side) of a
+    client that reads nothing, within its first 700 or so tokens; after
+    ``send_timeout_s`` stalled the server drops the connection, and the engine requests
+    with it. Meanwhile other requests are served."""
     sock = socket.socket()
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
     sock.connect(("127.0.0.1", live.port))
-    body = json.dumps({**LONG, "stream": True, "logprobs": 20, "n": 4}).encode()
-    sock.sendall(b"POST /v1/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
+    body = {"messages": USER, "max_tokens": 1900, "ignore_eos": True, "stream": True, "logprobs": True,
+            "top_logprobs": 20, "n": 4}  # fmt: skip
+    body = json.dumps(body).encode()
+    sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
                  b"content-length: %d\r\n\r\n%s" % (len(body), body))  # fmt: skip
     try:
         assert wait_until(lambda: live.runner.num_live == 4, BUDGET_S)
