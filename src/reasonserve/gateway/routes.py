@@ -7,9 +7,10 @@ streams stay responsive.
 A streamed response opens only once the program has produced its first text (or
 ended), so an upstream that fails before that gets a clean 502/504; a failure later
 ends the stream with an error event in the OpenAI shape. A non-streamed request races
-its program against the client's disconnect. Whenever a request ends -- finished,
-failed, or the client gone -- :meth:`ProgramRun.close` cancels its program, which
-aborts every upstream request it still has running.
+its program against the client's disconnect, and a streamed one its first text.
+Whenever a request ends -- finished, failed, or the client gone -- its program is
+cancelled (:meth:`ProgramRun.cancel`), which aborts every upstream request it still has
+running.
 """
 
 from __future__ import annotations
@@ -85,7 +86,7 @@ class Gateway:
         )
         run = await self._start(plan, prompt, body)
         if plan.stream:
-            return await self._streamed(run, shape)
+            return await self._streamed(request, run, shape)
         try:
             pieces: list[str] = []
             await race_disconnect(request, _collect(run, pieces))
@@ -155,16 +156,26 @@ class Gateway:
         }
         self.metrics.observe_exit(o.program, o.exit, time.perf_counter() - run.started_s, tokens)
 
-    async def _streamed(self, run: ProgramRun, shape: ResponseShape) -> StreamingResponse:
+    async def _streamed(self, request: Request, run: ProgramRun, shape: ResponseShape) -> StreamingResponse:
+        """The stream, once the program has its first text (or has ended). A client that
+        leaves before then has its program cancelled at once."""
         pieces = run.pieces()
+        first: list[str | None] = []
+
+        async def take_first() -> None:
+            first.append(await anext(pieces, None))
+
         try:
-            first = await anext(pieces, None)
+            await race_disconnect(request, take_first())
+        except ApiError:  # the client left
+            run.cancel()
+            raise
         except Exception as err:  # the program failed before any text: a clean error status
             raise upstream_error(err) from None
         except BaseException:  # the request itself was cancelled
             run.cancel()
             raise
-        return StreamingResponse(self._events(run, shape, first, pieces), media_type="text/event-stream")
+        return StreamingResponse(self._events(run, shape, first[0], pieces), media_type="text/event-stream")
 
     async def _events(
         self, run: ProgramRun, shape: ResponseShape, first: str | None, pieces: AsyncIterator[str]
