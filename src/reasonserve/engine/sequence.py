@@ -24,7 +24,10 @@ class RequestMetrics:
     """Latencies of one request (seconds on the engine's clock).
 
     ``ttfat_s`` is SPEC §3's time to first answer token: from the end-of-thinking token
-    to the first token after it (from arrival when no end-of-thinking token is set)."""
+    to the first token after it (from arrival when no end-of-thinking token is set).
+    ``num_verify_passes``, ``num_rollbacks`` and ``num_tokens_rolled_back`` are LLM-42's
+    per-request DVR counters (verification windows, rollbacks, decoded tokens discarded);
+    0 for a request that is not verified."""
 
     arrival_s: float
     first_token_s: float | None = None
@@ -35,6 +38,9 @@ class RequestMetrics:
     num_preemptions: int = 0
     num_cached_tokens: int = 0  # prompt tokens whose KV came from the prefix cache
     num_swaps: int = 0  # preemptions that kept the KV in host memory
+    num_verify_passes: int = 0
+    num_rollbacks: int = 0
+    num_tokens_rolled_back: int = 0
 
     @property
     def ttft_s(self) -> float | None:
@@ -168,4 +174,5 @@ class Sequence:
             end_s, answer_s = None, times[0] if times else None
         return RequestMetrics(self.arrival_s, times[0] if times else None, end_s, answer_s, self.finished_s,
                               len(self.output), self.num_preemptions, self.num_cached_tokens,
-                              self.num_swaps)  # fmt: skip
+                              self.num_swaps, self.dvr.verify_passes, self.dvr.rollbacks,
+                              self.dvr.tokens_rolled_back)  # fmt: skip
