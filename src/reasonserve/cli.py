@@ -74,6 +74,7 @@ def _parser() -> argparse.ArgumentParser:
         serve.add_argument(f"--{flag}", type=int, default=default, help=f"{what} (default {default})")
     floats = (("header-timeout-s", 10.0, "seconds to receive a request's headers"),
               ("body-timeout-s", 30.0, "seconds to receive a request's body"),
+              ("send-timeout-s", 30.0, "seconds a reply may stall on a client that does not read it"),
               ("drain-timeout-s", 10.0, "seconds running requests get to finish after SIGTERM"))  # fmt: skip
     for flag, seconds, what in floats:
         serve.add_argument(f"--{flag}", type=float, default=seconds, help=f"{what} (default {seconds})")
@@ -286,7 +287,7 @@ def _serve(args) -> int:
                       max_tokens_limit=args.max_tokens_limit, max_request_bytes=args.max_request_bytes,
                       max_queued_requests=args.max_queued_requests, max_connections=args.max_connections,
                       header_timeout_s=args.header_timeout_s, body_timeout_s=args.body_timeout_s,
-                      drain_timeout_s=args.drain_timeout_s,
+                      send_timeout_s=args.send_timeout_s, drain_timeout_s=args.drain_timeout_s,
                       chat_template=launch.read_chat_template(args.chat_template),
                       trust_request_chat_template=args.trust_request_chat_template,
                       reasoning_parser=args.reasoning_parser)  # fmt: skip
@@ -315,14 +316,12 @@ def _serve_engine_config(args, tokenizer):
     from reasonserve.engine import EngineConfig
     from reasonserve.serve import launch
 
-    eot = args.end_of_thinking_token_id
+    eot = launch.end_of_thinking_config(args.end_of_thinking_token_id, args.reasoning_parser, tokenizer)
     return EngineConfig(mode=args.mode, num_blocks=args.num_blocks, block_size=args.block_size,
                         max_num_seqs=args.max_num_seqs, max_model_len=args.max_model_len,
                         max_num_batched_tokens=args.max_num_batched_tokens, seed=args.seed,
                         policy=args.policy, dvr_window=args.dvr_window, dvr_group_size=args.dvr_group_size,
-                        eos_token_ids=launch.serving_eos_ids(args.model, tokenizer),
-                        end_of_thinking_token_id=eot if eot is not None else
-                        launch.end_of_thinking_id(args.reasoning_parser, tokenizer))  # fmt: skip
+                        eos_token_ids=launch.serving_eos_ids(args.model, tokenizer), **eot)  # fmt: skip
 
 
 def _first(folder: pathlib.Path, pattern: str) -> str:
