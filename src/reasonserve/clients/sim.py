@@ -182,6 +182,7 @@ class SimClient:
         for seq in finished[self._reported :]:
             live = self._live.get(seq.request_id)
             if live is not None and not live.done.done():
+                assert seq.finish_reason is not None  # set when it finished
                 self._register(live.prompt + live.output[:-1])
                 ran_out = seq.finish_reason == "length"  # else a policy ended it
                 reason = live.finish_reason if ran_out else seq.finish_reason

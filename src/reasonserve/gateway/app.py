@@ -20,6 +20,7 @@ from fastapi.responses import PlainTextResponse
 
 from reasonserve.clients import OpenAIShim, SGLangShim, VLLMShim
 from reasonserve.clients.http import HTTPClient
+from reasonserve.clients.shims import Shim
 from reasonserve.gateway.config import GatewayConfig
 from reasonserve.gateway.metrics import GatewayMetrics
 from reasonserve.gateway.prompts import ChatTemplate
@@ -44,7 +45,7 @@ def upstream_client(cfg: GatewayConfig) -> HTTPClient:
     closing fails with no reply, and a POST cannot be retried safely."""
     limits = httpx.Limits(max_connections=None, max_keepalive_connections=256, keepalive_expiry=2.0)
     transport = httpx.AsyncHTTPTransport(limits=limits)
-    shims = {
+    shims: dict[str, Shim] = {
         "openai": OpenAIShim(model=cfg.upstream_model, extensions=False),
         "reasonserve": OpenAIShim(model=cfg.upstream_model),
         "vllm": VLLMShim(model=cfg.upstream_model),

@@ -32,7 +32,7 @@ from reasonserve.gateway.metrics import GatewayMetrics
 from reasonserve.gateway.options import ProgramPlan, plan_program
 from reasonserve.gateway.program import ProgramRun
 from reasonserve.gateway.prompts import ChatTemplate, Prompt, chat_prompt, completion_prompt
-from reasonserve.gateway.protocol import GatewayChatRequest
+from reasonserve.gateway.protocol import GatewayChatRequest, GatewayCompletionRequest
 from reasonserve.gateway.responses import ResponseShape
 from reasonserve.gateway.scheduling import ProgramScheduler
 from reasonserve.gateway.upstream import ProgramClient
@@ -44,6 +44,8 @@ from reasonserve.serve.responses import sse
 from reasonserve.serve.routes import race_disconnect
 
 __all__ = ["Gateway"]
+
+_Body = GatewayChatRequest | GatewayCompletionRequest  # a generation endpoint's request
 
 
 @dataclass
@@ -59,7 +61,7 @@ class Gateway:
     planning: Executor
     template: ChatTemplate | None = None
 
-    async def handle(self, request: Request, model: type, endpoint: str):
+    async def handle(self, request: Request, model: type[_Body], endpoint: str):
         status = 500
         try:
             response = await self._handle(request, model)
@@ -71,7 +73,7 @@ class Gateway:
         finally:
             self.metrics.observe_request(endpoint, status)
 
-    async def _handle(self, request: Request, model: type):
+    async def _handle(self, request: Request, model: type[_Body]):
         raw = await json_body(request)
         body = await asyncio.get_running_loop().run_in_executor(self.planning, parse_body, raw, model)
         chat = model is GatewayChatRequest

@@ -47,6 +47,7 @@ from __future__ import annotations
 import bisect
 import math
 from dataclasses import dataclass, replace
+from operator import attrgetter
 
 from reasonserve.core.errors import InvalidArgumentError
 from reasonserve.cost.roofline import RooflineCostModel
@@ -243,7 +244,7 @@ class RooflineKVAllocator:
             )
         shared_s = shared.total_s if shared else math.inf
         offload_s = offload.total_s if offload else math.inf
-        best = offload if offload_s < shared_s else shared
+        best = min((p for p in (shared, offload) if p is not None), key=attrgetter("total_s"))  # tie: shared
         return KVPlan(best.offload, best.prefill_batch, best.decode_batch, best.verifier_kv_bytes,
                       best.generator_kv_bytes, best.total_s, shared_s, offload_s)  # fmt: skip
 
