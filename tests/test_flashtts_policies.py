@@ -354,7 +354,8 @@ def test_allocator_returns_the_only_plan_even_when_its_time_overflows():
 
 
 @pytest.mark.parametrize("kwargs,match", [
-    ({"memory_bytes": 0}, "memory_bytes"), ({"num_beams": 0}, "num_beams"), ({"verify_tokens": 1.5}, "verify"),
+    ({"memory_bytes": 0}, "memory_bytes"), ({"memory_bytes": math.inf}, "finite"),
+    ({"memory_bytes": math.nan}, "memory_bytes"), ({"num_beams": 0}, "num_beams"), ({"verify_tokens": 1.5}, "verify"),
     ({"decode_tokens": -1}, "decode"), ({"num_switches": -1}, "switches"), ({"memory_bytes": 10.0}, "fits no"),
     ({"verifier_cache": 50}, "verifier_cache"), ({"verifier_cache": PrefixCachedVerifier(150, 2)}, "new_tokens"),
     ({"generator_prefix_share": 0.9}, "generator_prefix_share"), ({"generator_prefix_share": True}, "generator"),

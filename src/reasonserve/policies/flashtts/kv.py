@@ -223,9 +223,9 @@ class RooflineKVAllocator:
         if (
             isinstance(memory_bytes, bool)
             or not isinstance(memory_bytes, (int, float))
-            or not memory_bytes > 0
+            or not 0 < memory_bytes < math.inf
         ):
-            raise InvalidArgumentError(f"memory_bytes must be a number > 0, got {memory_bytes!r}")
+            raise InvalidArgumentError(f"memory_bytes must be a finite number > 0, got {memory_bytes!r}")
         _check_int("num_beams", num_beams, 1)
         _check_int("verify_tokens", verify_tokens, 1)
         _check_int("decode_tokens", decode_tokens, 1)
