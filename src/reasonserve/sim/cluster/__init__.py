@@ -9,9 +9,10 @@ from reasonserve.sim.cluster.instance import SimInstance
 from reasonserve.sim.cluster.migration import MigrationRecord
 from reasonserve.sim.cluster.result import SimResult
 from reasonserve.sim.cluster.sequence import SimSequence
-from reasonserve.sim.cluster.simulator import ProgramHost, simulate
+from reasonserve.sim.cluster.simulator import ClusterLoop, ProgramHost, simulate
 
 __all__ = [
+    "ClusterLoop",
     "MigrationRecord",
     "ProgramHost",
     "SimConfig",
