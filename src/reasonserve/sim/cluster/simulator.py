@@ -16,7 +16,7 @@ from typing import Protocol
 
 from reasonserve.core.errors import InvalidArgumentError, PolicyError
 from reasonserve.core.phase import Phase
-from reasonserve.core.views import RequestView
+from reasonserve.core.views import ProgramView, RequestView, SchedulerView
 from reasonserve.policies.pacer import TokenPacer
 from reasonserve.policies.router import LeastKVRouter, Router
 from reasonserve.sim.cluster.config import SimConfig
@@ -71,12 +71,19 @@ class ClusterLoop:
     same virtual time (``clients.SimClient`` on a cluster, a :class:`ProgramHost`) runs
     it with ``listen=True`` and submits and stops requests while it is suspended."""
 
-    def __init__(self, config: SimConfig, policy_factory: Callable[[], object], router: Router) -> None:
+    def __init__(
+        self, config: SimConfig, policy_factory: Callable[[], object], router: Router, *,
+        programs: Callable[[SchedulerView], tuple[ProgramView, ...]] | None = None,
+    ) -> None:  # fmt: skip
+        """``programs`` (optional): the programs' progress for a view, handed to every
+        instance's policy as ``SchedulerView.programs``."""
         self.config, self.router = config, router
         self.cost, self.pacer = config.cost_model(), TokenPacer(config.tpot_slo_s)
         self.instances = [
             SimInstance(str(i), config, self.cost, policy_factory()) for i in range(config.num_instances)
         ]
+        for inst in self.instances:
+            inst.programs = programs
         self.index = {inst.instance_id: k for k, inst in enumerate(self.instances)}
         self.events: list[tuple[float, int, int]] = []  # (next step start, index, version)
         self.version = [0] * len(self.instances)  # an event with an older version is stale
