@@ -95,7 +95,8 @@ class _Cluster:
         limit = config.num_blocks * config.block_size
         if prompt_tokens + max_tokens > limit:
             need = prompt_tokens + max_tokens
-            raise InvalidArgumentError(f"request {request_id} may need {need} tokens of KV; an instance holds {limit}")
+            raise InvalidArgumentError(f"request {request_id} may need {need} tokens of KV; an instance has "
+                                       f"{limit}")  # fmt: skip
 
     def stop(self, request_id: str) -> int:
         """Stop a request now (its KV freed); returns the tokens it generated. One in flight
