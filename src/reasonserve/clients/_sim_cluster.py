@@ -38,11 +38,13 @@ __all__ = ["SimCluster", "program_of", "run_on"]
 class SimCluster:
     """Where a :class:`~reasonserve.clients.sim.SimClient` runs its requests: ``config``'s
     instances, each under a policy from ``policy_factory()``, placed by ``router`` (None:
-    least KV), as :func:`~reasonserve.sim.simulate` runs a workload."""
+    least KV), as :func:`~reasonserve.sim.simulate` runs a workload (``check_every_step``:
+    check KV accounting and request placement after every step, as it does)."""
 
     config: SimConfig
     policy_factory: Callable[[], object]
     router: Router | None = None
+    check_every_step: bool = False
 
     def __post_init__(self) -> None:
         if not isinstance(self.config, SimConfig):
@@ -58,14 +60,18 @@ def program_of(request_id: str) -> str | None:
 
 @dataclass(slots=True)
 class _Program:
+    program_id: str
     arrival_s: float  # when its first request arrived
     live: set[str] = field(default_factory=set)  # its requests submitted and not finished
     progress: ProgramProgress = field(default_factory=ProgramProgress)
+    cached: ProgramView | None = None  # the view until the next change
 
-    def view(self, program_id: str) -> ProgramView:
-        p = self.progress
-        return ProgramView(program_id, tuple(sorted(self.live)), self.arrival_s, p.knob, p.max_knob,
-                           p.certainty, p.done)  # fmt: skip
+    def view(self) -> ProgramView:
+        if self.cached is None:
+            p = self.progress
+            self.cached = ProgramView(self.program_id, tuple(sorted(self.live)), self.arrival_s, p.knob,
+                                      p.max_knob, p.certainty, p.done)  # fmt: skip
+        return self.cached
 
 
 class _Cluster:
@@ -74,6 +80,7 @@ class _Cluster:
     def __init__(self, spec: SimCluster) -> None:
         router = spec.router if spec.router is not None else LeastKVRouter()
         self.loop = ClusterLoop(spec.config, spec.policy_factory, router, programs=self.views)
+        self.check = spec.check_every_step
         self.programs: dict[str, _Program] = {}
         self.waiters: dict[str, Callable[[SimSequence], None]] = {}  # request id -> told when it finishes
         self.sleepers: list[tuple[float, int, asyncio.Future]] = []  # a heap
@@ -87,7 +94,9 @@ class _Cluster:
         self.waiters[req.request_id] = on_finish
         pid = req.program_id
         if pid is not None:
-            self.programs.setdefault(pid, _Program(req.arrival_s)).live.add(req.request_id)
+            program = self.programs.setdefault(pid, _Program(pid, req.arrival_s))
+            program.live.add(req.request_id)
+            program.cached = None
 
     def check_fits(self, request_id: str, prompt_tokens: int, max_tokens: int) -> None:
         """A request up to ``max_tokens`` long must fit an instance's KV (before its tokens are drawn)."""
@@ -109,23 +118,24 @@ class _Cluster:
     def _forget(self, request_id: str) -> None:
         self.waiters.pop(request_id, None)
         program = self.programs.get(program_of(request_id) or "")
-        if program is not None:
+        if program is not None and request_id in program.live:
             program.live.discard(request_id)
+            program.cached = None
 
     def report(self, program_id: str, progress: ProgramProgress) -> None:
         if not isinstance(program_id, str) or not program_id:
             raise InvalidArgumentError(f"program_id must be a non-empty str, got {program_id!r}")
         if not isinstance(progress, ProgramProgress):
             raise InvalidTypeError(f"progress must be a ProgramProgress, got {type(progress).__name__}")
-        program = self.programs.setdefault(program_id, _Program(self.loop.now))
-        program.progress = progress
+        program = self.programs.setdefault(program_id, _Program(program_id, self.loop.now))
+        program.progress, program.cached = progress, None
 
     def views(self, view: SchedulerView) -> tuple[ProgramView, ...]:
         """The progress of the programs with a request in ``view``, by program id."""
         pids = {r.program_id for r in view.waiting}
         pids.update(r.program_id for r in view.running)
         programs = self.programs
-        return tuple(programs[p].view(p) for p in sorted(p for p in pids if p in programs))
+        return tuple(programs[p].view() for p in sorted(p for p in pids if p in programs))
 
     def sleep_until(self, when: float) -> asyncio.Future:
         fut = asyncio.get_running_loop().create_future()
@@ -140,7 +150,7 @@ class _Cluster:
         if self._events is None:
             if not self.loop.has_events():
                 return False
-            self._events = self.loop.run(listen=True)
+            self._events = self.loop.run(listen=True, check=self.check)
         try:
             next(self._events)
         except StopIteration:
@@ -161,7 +171,7 @@ class _Cluster:
         """What the cluster ran, once nothing is left to run (requests no one waits for
         any more run to their end first)."""
         if self._events is not None or self.loop.has_events():
-            for _ in self._events or self.loop.run(listen=True):
+            for _ in self._events or self.loop.run(listen=True, check=self.check):
                 self.loop.take_finished()
             self._events = None
         return self.loop.result()

@@ -11,7 +11,8 @@ is under way join the next one, so a probe started beside a chunk overlaps it in
 time as it would on a host.
 
 Tokens are synthetic: the token at position ``p`` is drawn from (client seed, request
-seed, ``p``); an eos (``eos_token_id``) is drawn with ``eos_probability`` per token.
+seed, ``p``); an eos (``eos_token_id``) is drawn with ``eos_probability`` per token (a
+scripted generation's tokens, below, are one stream seeded by both seeds).
 Text is the tokens' bytes (ids < 256). Probes answer ``probe_answer(position) + "}"``
 when ``probe_answer`` is given (a scripted answer curve, e.g. "settles on 42 after 900
 tokens"), else synthetic text. ``outputs(request)`` (optional) scripts each generation
@@ -151,7 +152,7 @@ class SimClient:
             length, text = self._scripted(req)
             if self._cluster is not None:
                 self._cluster.check_fits(rid, len(prompt), length)
-            output, reason = self._tokens(len(prompt), seed, length, eos=False)
+            output = self._stream(seed, length)
             reason = "length" if length == req.max_tokens else "stop"
         else:
             if self._cluster is not None:
@@ -209,14 +210,17 @@ class SimClient:
             raise InvalidArgumentError(f"outputs(request) must return (tokens >= 1, text), got {got!r}")
         return min(got[0], req.max_tokens), got[1]
 
-    def _tokens(self, prompt_len: int, seed: int, max_tokens: int, *,
-                eos: bool = True) -> tuple[list[int], str]:  # fmt: skip
-        """The request's tokens, up to and including an eos (``eos``: drawn) or
-        ``max_tokens`` of them."""
+    def _stream(self, seed: int, length: int) -> list[int]:
+        """A scripted generation's ``length`` tokens: one stream seeded by (client seed,
+        request seed), no eos (its length is the script's)."""
+        return random.Random(hash((self.seed, seed))).choices(range(self.vocab_size), k=length)
+
+    def _tokens(self, prompt_len: int, seed: int, max_tokens: int) -> tuple[list[int], str]:
+        """The request's tokens, up to and including an eos or ``max_tokens`` of them."""
         out: list[int] = []
         while len(out) < max_tokens:
             rng = random.Random(hash((self.seed, seed, prompt_len + len(out))))
-            if eos and self.eos_token_id is not None and rng.random() < self.eos_probability:
+            if self.eos_token_id is not None and rng.random() < self.eos_probability:
                 out.append(self.eos_token_id)
                 return out, "stop"
             out.append(rng.randrange(self.vocab_size))

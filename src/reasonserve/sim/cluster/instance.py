@@ -187,7 +187,8 @@ class SimInstance:
             now_s, waiting, running, self.free_blocks, c.block_size, c.max_num_seqs, self.total_blocks,
             c.max_num_batched_tokens, self.steps, instance_id=self.instance_id,
         )  # fmt: skip
-        return view if self.programs is None else replace(view, programs=self.programs(view))
+        programs = () if self.programs is None else self.programs(view)
+        return replace(view, programs=programs) if programs else view
 
     def load(self, now_s: float, pacer: TokenPacer) -> InstanceLoad:
         """PASCAL's instance state (one pass over the live requests): ``t_i`` is False when

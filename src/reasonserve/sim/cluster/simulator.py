@@ -12,7 +12,6 @@ from __future__ import annotations
 import heapq
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
-from typing import Protocol
 
 from reasonserve.core.errors import InvalidArgumentError, PolicyError
 from reasonserve.core.phase import Phase
@@ -26,18 +25,7 @@ from reasonserve.sim.cluster.result import SimResult
 from reasonserve.sim.cluster.sequence import SimSequence
 from reasonserve.sim.workloads.requests import SimRequest
 
-__all__ = ["ClusterLoop", "ProgramHost", "SimResult", "simulate"]
-
-
-class ProgramHost(Protocol):
-    """Runs reasoning programs on the cluster (:mod:`reasonserve.sim.programs.runtime`): told which
-    requests finished at ``now_s``, returns the requests its programs issue then (arriving
-    at ``now_s``) and the ids of live requests to stop (an early-stopped program's other
-    samples: their KV is freed at once; one in flight between instances runs on)."""
-
-    def on_finished(
-        self, finished: Sequence[SimSequence], now_s: float
-    ) -> tuple[Sequence[SimRequest], Sequence[str]]: ...
+__all__ = ["ClusterLoop", "SimResult", "simulate"]
 
 
 def _arrival_view(req: SimRequest) -> RequestView:
@@ -68,7 +56,7 @@ def _check_requests(requests: Sequence[SimRequest], config: SimConfig) -> list[S
 class ClusterLoop:
     """The event loop and its state: instances, pending step events, in-flight migrations.
     :meth:`run` processes the events; a driver that reacts to finished requests at the
-    same virtual time (``clients.SimClient`` on a cluster, a :class:`ProgramHost`) runs
+    same virtual time (``clients.SimClient`` on a cluster: reasoning programs) runs
     it with ``listen=True`` and submits and stops requests while it is suspended."""
 
     def __init__(
@@ -91,10 +79,9 @@ class ClusterLoop:
         self.placements: dict[str, str] = {}
         self.moving = Migrations()
         self.pending: list[tuple[float, str, SimRequest]] = []  # arrivals, a heap
-        self.programs: ProgramHost | None = None
         self.wakeups: list[float] = []  # when the driver asked run() to yield, a heap
         self.now = 0.0  # the time of the latest event (where run() is suspended)
-        self.reported = [0] * len(self.instances)  # finished requests already told to the programs
+        self.reported = [0] * len(self.instances)  # finished requests already told to the driver
         self.clock: tuple[float, int] = (-1.0, -1)  # the latest step: time, highest instance index then
 
     def tick(self, now: float, k: int) -> None:
@@ -180,31 +167,6 @@ class ClusterLoop:
                 raise PolicyError(f"instance {inst.instance_id}: request index out of step with its queues")
         if len(seen) != len(set(seen)):
             raise PolicyError("a request is in two places at once")
-
-    def program_events(self, finished: Sequence[SimSequence], now: float) -> None:
-        """Queue the requests the program host issues at ``now``; stop the ones it cancels."""
-        assert self.programs is not None  # report_finished asks only with programs
-        answer = self.programs.on_finished(finished, now)
-        if not (isinstance(answer, (tuple, list)) and len(answer) == 2):
-            raise PolicyError(f"program host returned {answer!r}; expected (requests, stop ids)")
-        spawned, stops = answer
-        if not isinstance(spawned, (tuple, list)) or not all(isinstance(r, SimRequest) for r in spawned):
-            raise PolicyError(f"program host's requests must be a list of SimRequest, got {spawned!r}")
-        if not isinstance(stops, (tuple, list)) or not all(isinstance(rid, str) for rid in stops):
-            raise PolicyError(f"program host's stop ids must be a list of str, got {stops!r}")
-        for req in spawned:
-            self.submit(req)
-        for rid in stops:
-            self.stop(rid)
-
-    def report_finished(self, now: float) -> None:
-        """Tell the program host about requests finished since the last report, wherever
-        they finished (a step, a run advanced at an arrival), one instance at a time."""
-        for k, inst in enumerate(self.instances):
-            if len(inst.finished) > self.reported[k]:
-                new = inst.finished[self.reported[k] :]
-                self.reported[k] = len(inst.finished)
-                self.program_events(new, now)
 
     def unreported(self) -> bool:
         """Whether a request finished since the last report (:meth:`take_finished`)."""
@@ -347,22 +309,15 @@ def simulate(
     router: Router | None = None,
     *,
     check_every_step: bool = False,
-    programs: ProgramHost | None = None,
     progress: Callable[[int, int], None] | None = None,
 ) -> SimResult:
     """Run ``requests`` to completion; ``policy_factory()`` makes each instance's policy.
     At each request's reasoning->answering transition ``router.route_transition`` places
-    its answering phase (PASCAL Algorithm 2); moving it costs ``cost.migrate_s``. With
-    ``programs``, requests also arrive and stop as the programs' samples finish.
+    its answering phase (PASCAL Algorithm 2); moving it costs ``cost.migrate_s``.
     ``progress(finished, known)`` is called every few thousand events and at the end
     (``known``: requests placed or still to arrive)."""
     loop = ClusterLoop(config, policy_factory, router if router is not None else LeastKVRouter())
     loop.pending = [(r.arrival_s, r.request_id, r) for r in _check_requests(requests, config)]  # sorted
-    if programs is None:
-        for _ in loop.run(check=check_every_step, progress=progress):
-            pass
-    else:
-        loop.programs = programs
-        for now in loop.run(check=check_every_step, listen=True, progress=progress):
-            loop.report_finished(now)
+    for _ in loop.run(check=check_every_step, progress=progress):
+        pass
     return loop.result()

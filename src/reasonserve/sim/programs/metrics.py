@@ -1,7 +1,8 @@
 """Program-level metrics (Dynasor's online protocol, SPEC 2.4): a program's deadline is
 ``SLO scale x difficulty factor x base deadline``; deadline attainment is the share of
 programs finished by their deadline; the P90 SLO scale is the tightest scale at which
-90% of programs meet theirs. Rows are :meth:`ProgramRuntime.results` dicts."""
+90% of programs meet theirs. Rows are :func:`reasonserve.programs.recorded.run_recorded_sc`'s
+per-program dicts."""
 
 from __future__ import annotations
 
