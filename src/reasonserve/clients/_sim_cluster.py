@@ -17,7 +17,7 @@ import asyncio
 import heapq
 import itertools
 import selectors
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from reasonserve.clients.errors import ClientError
@@ -85,7 +85,7 @@ class _Cluster:
         self.waiters: dict[str, Callable[[SimSequence], None]] = {}  # request id -> told when it finishes
         self.sleepers: list[tuple[float, int, asyncio.Future]] = []  # a heap
         self._order = itertools.count()
-        self._events = None  # the loop's run(), suspended at its latest report
+        self._events: Iterator[float] | None = None  # the loop's run(), suspended at its latest report
         self.aio: asyncio.AbstractEventLoop | None = None
 
     # what the client does at the loop's now ------------------------------------------
