@@ -150,6 +150,8 @@ def test_misuse_is_a_typed_error_not_a_hang():
         SimClient(CONFIG.cost_model()).report_progress("p", ProgramProgress())
     with pytest.raises(InvalidArgumentError):
         SimClient(CONFIG.cost_model(), cluster=SimCluster(CONFIG, FCFSPolicy))
+    with pytest.raises(InvalidArgumentError):  # the cluster's blocks are its config's
+        SimClient(block_size=32, cluster=SimCluster(CONFIG, FCFSPolicy))
     with pytest.raises(InvalidArgumentError):
         ProgramProgress(knob=-1)
     with pytest.raises(InvalidArgumentError):

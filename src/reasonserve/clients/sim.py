@@ -88,7 +88,7 @@ class _Req:
 
 
 class SimClient:
-    def __init__(self, cost_model: RooflineCostModel | None = None, *, block_size: int = 16,
+    def __init__(self, cost_model: RooflineCostModel | None = None, *, block_size: int | None = None,
                  vocab_size: int = 256, eos_token_id: int | None = None, eos_probability: float = 0.0,
                  probe_answer: Callable[[int], str] | None = None, seed: int = 0,
                  outputs: Callable[[GenerateRequest], tuple[int, str]] | None = None,
@@ -96,11 +96,12 @@ class SimClient:
         if cluster is not None:
             if not isinstance(cluster, SimCluster):
                 raise InvalidArgumentError(f"cluster must be a SimCluster or None, got {cluster!r}")
-            if cost_model is not None:
-                raise InvalidArgumentError("on a cluster the cost model is the cluster config's: pass None")
+            if cost_model is not None or block_size not in (None, cluster.config.block_size):
+                raise InvalidArgumentError("on a cluster the cost model and block size are the config's")
             block_size = cluster.config.block_size
         elif not isinstance(cost_model, RooflineCostModel):
             raise InvalidArgumentError("cost_model must be a RooflineCostModel")
+        block_size = 16 if block_size is None else block_size
         _check_config(block_size, vocab_size, eos_token_id, eos_probability, seed)
         self.cost_model, self.block_size, self.vocab_size = cost_model, block_size, vocab_size
         self.eos_token_id, self.eos_probability = eos_token_id, eos_probability
@@ -112,11 +113,11 @@ class SimClient:
         self._cache: set[int] = set()
         self._live: dict[str, _Req] = {}
         self._cluster = None if cluster is None else _Cluster(cluster)
-        config = SimConfig(num_instances=1, block_size=block_size, max_num_seqs=_UNBOUNDED,
-                           max_num_batched_tokens=_UNBOUNDED, kv_capacity_tokens=_UNBOUNDED,
-                           skip_quiet_steps=False)  # fmt: skip
-        self._instance = None
+        self._instance = None  # without a cluster: one instance with room for every request
         if cost_model is not None:
+            config = SimConfig(num_instances=1, block_size=block_size, max_num_seqs=_UNBOUNDED,
+                               max_num_batched_tokens=_UNBOUNDED, kv_capacity_tokens=_UNBOUNDED,
+                               skip_quiet_steps=False)  # fmt: skip
             self._instance = SimInstance("sim-client", config, cost_model, FCFSPolicy())
         self._reported = 0  # the instance's finished requests already looked at
         self._driver: asyncio.Task | None = None
