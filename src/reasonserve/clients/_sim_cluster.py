@@ -19,6 +19,7 @@ import itertools
 import selectors
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from operator import attrgetter
 
 from reasonserve.clients.errors import ClientError
 from reasonserve.clients.protocol import ProgramProgress
@@ -32,6 +33,8 @@ from reasonserve.sim.cluster.simulator import ClusterLoop
 from reasonserve.sim.workloads.requests import SimRequest
 
 __all__ = ["SimCluster", "program_of", "run_on"]
+
+_PROGRAM_ID = attrgetter("program_id")
 
 
 @dataclass(frozen=True)
@@ -132,10 +135,10 @@ class _Cluster:
 
     def views(self, view: SchedulerView) -> tuple[ProgramView, ...]:
         """The progress of the programs with a request in ``view``, by program id."""
-        pids = {r.program_id for r in view.waiting}
-        pids.update(r.program_id for r in view.running)
+        pids = set(map(_PROGRAM_ID, view.waiting))
+        pids.update(map(_PROGRAM_ID, view.running))
         programs = self.programs
-        return tuple(programs[p].view() for p in sorted(p for p in pids if p in programs))
+        return tuple(programs[p].view() for p in sorted(pids & programs.keys()))
 
     def sleep_until(self, when: float) -> asyncio.Future:
         fut = asyncio.get_running_loop().create_future()
