@@ -364,10 +364,11 @@ def _run(args) -> int:
     if args.command == "serve":
         return _serve(args)
     if args.command == "sim":
+        from reasonserve.programs.recorded import run_sc_file
         from reasonserve.sim.cli import run_sim
 
         args.data = data_root(args.data)
-        return run_sim(args, sys.stdout)
+        return run_sim(args, sys.stdout, run_sc_file)
     if args.command == "gateway":
         from reasonserve.gateway.cli import run_gateway
 

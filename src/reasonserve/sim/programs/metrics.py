@@ -4,7 +4,7 @@ programs finished by their deadline; the P90 SLO scale is the tightest scale at 
 90% of programs meet theirs. Finish-time fairness (Dynasor §5.3.1) is
 ``phi = T_shared / #output tokens``: a program's latency in the shared system per token it
 generated (lower is fairer; compare its spread across programs and policies). Rows are
-:meth:`ProgramRuntime.results` dicts."""
+:func:`reasonserve.programs.recorded.run_recorded_sc`'s per-program dicts."""
 
 from __future__ import annotations
 
