@@ -11,9 +11,11 @@ and App. F.3, and the recordings):
   retracts requests).
 * programs: SC on MATH from ``sc_samples/qwen25math_math_cot_100_8samples_rm.jsonl``
   (100 MATH questions x 8 recorded CoT samples; lengths from words, see
-  :mod:`reasonserve.sim.programs.workload`). Cap 8 samples (what is recorded; the
-  paper's cap is 20). Certainindex: semantic entropy, threshold 0.7 at detect@5 (paper
-  Table 1, SC/MATH), two rounds (5 samples, then the other 3 unless certain).
+  :mod:`reasonserve.sim.programs.workload`), each program ``programs.sc`` on a
+  ``SimClient`` on the simulated cluster (:mod:`reasonserve.programs.recorded`). Cap 8
+  samples (what is recorded; the paper's cap is 20). Certainindex: semantic entropy,
+  threshold 0.7 at detect@5 (paper Table 1, SC/MATH), two rounds (5 samples, then the
+  other 3 unless certain).
 * deadline = SLO scale x difficulty factor (1/2/3 from the recorded samples) x 240 s.
 * arrivals: Poisson, questions drawn uniformly with replacement; the same seed gives
   every rate the same questions (common random numbers).
@@ -37,12 +39,13 @@ import statistics
 import time
 
 from reasonserve.certainindex.allocation import ThresholdPolicy
+from reasonserve.clients.sim import SimCluster
 from reasonserve.policies.app_fifo import AppFIFOPolicy
 from reasonserve.policies.dynasor import DynasorPolicy
 from reasonserve.policies.lpm import LPMPolicy
-from reasonserve.sim import SimConfig, simulate
+from reasonserve.programs.recorded import run_recorded_sc, sc_rounds
+from reasonserve.sim import SimConfig
 from reasonserve.sim.programs.metrics import program_summary, required_scales
-from reasonserve.sim.programs.runtime import ProgramPlan, ProgramRuntime, WithPrograms
 from reasonserve.sim.programs.workload import load_sc_records, sc_program_workload
 
 __all__ = ["markdown", "plot", "run"]
@@ -51,15 +54,15 @@ SC_FILE = "sc_samples/qwen25math_math_cot_100_8samples_rm.jsonl"
 CONFIG = SimConfig(num_instances=1, hardware="a100-80g", model="qwen3-8b", gpu_memory_utilization=0.7,
                    preemption="recompute")  # fmt: skip
 CAP, DETECT_AT, THRESHOLD, BASE_DEADLINE_S = 8, 5, 0.7, 240.0
-ALL_AT_ONCE = ProgramPlan(CAP)
+ALL_AT_ONCE = sc_rounds(CAP)
 ALLOCATION = ThresholdPolicy(THRESHOLD, detect_at=DETECT_AT, recheck_every=CAP, max_knob=CAP)
-CERTAINDEX = ProgramPlan(CAP, first_round=DETECT_AT, allocation=ALLOCATION)
-VARIANTS = {  # name -> (policy class, plan, policy reads programs)
-    "lpm": (LPMPolicy, ALL_AT_ONCE, False),
-    "app_fifo": (AppFIFOPolicy, ALL_AT_ONCE, False),
-    "gang_sjf": (DynasorPolicy, ALL_AT_ONCE, True),
-    "dynasor": (DynasorPolicy, CERTAINDEX, True),
-    "lpm_ci": (LPMPolicy, CERTAINDEX, False),
+CERTAINDEX = sc_rounds(CAP, DETECT_AT, ALLOCATION)
+VARIANTS = {  # name -> (policy class, the programs' self-consistency); Dynasor reads their progress
+    "lpm": (LPMPolicy, ALL_AT_ONCE),
+    "app_fifo": (AppFIFOPolicy, ALL_AT_ONCE),
+    "gang_sjf": (DynasorPolicy, ALL_AT_ONCE),
+    "dynasor": (DynasorPolicy, CERTAINDEX),
+    "lpm_ci": (LPMPolicy, CERTAINDEX),
 }
 QUICK_VARIANTS = ("lpm", "app_fifo", "dynasor")
 SCALES = (0.025, 0.05, 0.1, 0.2, 0.5, 1.0)
@@ -77,12 +80,9 @@ def _rates(quick: bool) -> list[float]:
 
 def run_variant(name: str, records, rate: float, num_programs: int, seed: int) -> list[dict]:
     """One simulation; per program: latency, difficulty, samples, tokens, correct."""
-    policy_cls, plan, aware = VARIANTS[name]
-    programs = sc_program_workload(records, rate, num_programs, seed, block_size=CONFIG.block_size)
-    runtime = ProgramRuntime(programs, plan)
-    factory = (lambda: WithPrograms(policy_cls(), runtime)) if aware else policy_cls
-    simulate(runtime.initial_requests(), CONFIG, factory, programs=runtime)
-    return runtime.results()
+    policy_cls, sc = VARIANTS[name]
+    programs = sc_program_workload(records, rate, num_programs, seed)
+    return run_recorded_sc(programs, sc, SimCluster(CONFIG, policy_cls))[1]
 
 
 def _summary(rows: list[dict]) -> dict:

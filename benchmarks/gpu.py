@@ -1,15 +1,19 @@
 """The engine on one GPU: against ``transformers`` ``generate``, DVR's cost, the invariant kernels.
 
 Usage: ``python benchmarks/gpu.py [--device cuda] [--dtype bfloat16] [--repeats 3] [--skip 7b ops]
-[--json PATH]``; ``--smoke`` runs the same code on tiny shapes (CPU, seconds: what
-``tests/test_engine_device.py`` runs). Needs torch, Triton, transformers and this
-package; no network. Finishes in about 5 minutes on one H100 (``--budget-s`` stops
-starting new sections past that many seconds; the table says what was skipped).
+[--no-cuda-graphs] [--json PATH]``; ``--smoke`` runs the same code on tiny shapes (CPU,
+seconds: what ``tests/test_engine_device.py`` runs). Needs torch, Triton, transformers and
+this package; no network. Finishes in about 5 minutes on one H100 (``--budget-s`` stops
+starting new sections past that many seconds; the table says what was skipped). The JSON
+is rewritten after every section (``"complete": false`` until the end), so a run killed
+midway keeps what finished; ``scripts/gpu_check.sh`` runs it as its ``bench`` stage.
 
-Random checkpoints are built with transformers' own classes (``save_pretrained``),
-shaped like Qwen2-0.5B (vocab 151936, hidden 896, 24 layers, 14/2 heads, intermediate
-4864, tied embeddings) and Qwen2-7B (vocab 152064, hidden 3584, 28 layers, 28/4 heads,
-intermediate 18944); rope_theta is left at 10000 (the default of both loaders). Each
+Random models are built with transformers' own classes, shaped like Qwen2-0.5B (vocab
+151936, hidden 896, 24 layers, 14/2 heads, intermediate 4864, tied embeddings) and
+Qwen2-7B (vocab 152064, hidden 3584, 28 layers, 28/4 heads, intermediate 18944);
+rope_theta is left at 10000 (the default of both loaders). The 0.5B model reaches the
+engine through a ``save_pretrained`` folder, the 7B one from the transformers model's
+tensors (the same weights, no 15 GB round trip through the disk). Each
 request: 128 random prompt tokens, 128 greedy new tokens (``ignore_eos``/``min_new_tokens``).
 In one process, alternated, medians of ``--repeats`` runs after a warm-up (which also
 captures the engine's CUDA graphs); each run draws fresh prompts, so no prefix is reused:
@@ -35,6 +39,7 @@ import contextlib
 import gc
 import io
 import json
+import pathlib
 import random
 import shutil
 import statistics
@@ -50,6 +55,7 @@ sys.path.insert(0, __file__.rsplit("/", 1)[0])
 import ops as ops_bench
 from _harness import RESULTS, compare, machine
 from reasonserve.engine import DecoderModel, Engine, EngineConfig, SamplingParams
+from reasonserve.engine.config import ModelConfig
 from reasonserve.engine.device import resolve_device, resolve_dtype
 from reasonserve.engine.kernels import INVARIANT, STOCK
 from reasonserve.engine.model_runner import Chunk
@@ -90,19 +96,21 @@ class Setup:
     shapes: dict
     window: int
     group: int
+    cuda_graphs: bool = True  # False: every engine pass eager (the lever if graphs misbehave)
 
 
-def build_checkpoint(shape: dict, setup: Setup):
-    """A random checkpoint saved with transformers' own class; returns (folder, the HF model)."""
+def build_model(shape: dict, setup: Setup):
+    """A random model of transformers' own class, on the device, in eval mode."""
     from transformers import AutoModelForCausalLM, Qwen2Config
 
     cfg = Qwen2Config(**shape, max_position_embeddings=4096, rms_norm_eps=1e-6)
     torch.manual_seed(0)
     with torch.device(setup.device):
-        hf = AutoModelForCausalLM.from_config(cfg, dtype=setup.dtype, attn_implementation="sdpa")
-    folder = tempfile.mkdtemp(prefix="reasonserve-gpu-bench-")
-    hf.save_pretrained(folder)
-    return folder, hf.eval()
+        try:
+            hf = AutoModelForCausalLM.from_config(cfg, dtype=setup.dtype, attn_implementation="sdpa")
+        except TypeError:  # transformers < 4.56 names the argument torch_dtype
+            hf = AutoModelForCausalLM.from_config(cfg, torch_dtype=setup.dtype, attn_implementation="sdpa")
+    return hf.eval()
 
 
 def prompts(batch: int, vocab: int, length: int, seed: int) -> list[list[int]]:
@@ -116,6 +124,7 @@ def engine_for(model: DecoderModel, setup: Setup, batch: int, mode: str) -> Engi
         block_size=16, num_blocks=batch * per_seq + 16, max_num_seqs=batch,
         max_num_batched_tokens=max(512, min(batch * setup.prompt, 8192)),
         max_model_len=per_seq * 16, mode=mode, dvr_window=setup.window, dvr_group_size=setup.group,
+        cuda_graphs=setup.cuda_graphs,
     ))  # fmt: skip
 
 
@@ -246,6 +255,15 @@ def _sync(device: str) -> None:
         torch.cuda.synchronize()
 
 
+def _peak_memory(device: str) -> str:
+    """``, peak GPU memory X GiB`` since the last call (nothing on CPU)."""
+    if not device.startswith("cuda"):
+        return ""
+    peak = torch.cuda.max_memory_allocated(device) / 2**30
+    torch.cuda.reset_peak_memory_stats(device)
+    return f", peak GPU memory {peak:.1f} GiB"
+
+
 def _release() -> None:
     """Give the memory of models the caller has dropped back to the device."""
     gc.collect()
@@ -253,18 +271,27 @@ def _release() -> None:
         torch.cuda.empty_cache()
 
 
-def load(shape: dict, setup: Setup):
-    """A random checkpoint of ``shape``: the transformers model that saved it and our engine's
-    model loaded from the folder (deleted once loaded)."""
-    folder, hf = build_checkpoint(shape, setup)
+def load(shape: dict, setup: Setup, *, from_disk: bool = True):
+    """A random model of ``shape``: the transformers model and our engine's model of the same
+    weights. ``from_disk``: through a checkpoint folder (``save_pretrained``, then
+    ``DecoderModel.from_pretrained``; deleted once loaded); else from the transformers
+    model's own tensors and its ``config.json`` (the 7B shape: no 15 GB write and read)."""
+    hf = build_model(shape, setup)
+    folder = tempfile.mkdtemp(prefix="reasonserve-gpu-bench-")
     try:
-        return hf, DecoderModel.from_pretrained(folder, device=setup.device, dtype=setup.dtype)
+        if from_disk:
+            hf.save_pretrained(folder)
+            return hf, DecoderModel.from_pretrained(folder, device=setup.device, dtype=setup.dtype)
+        hf.config.save_pretrained(folder)
+        cfg = ModelConfig.from_pretrained(folder)
+        return hf, DecoderModel(cfg, dict(hf.state_dict()), device=setup.device, dtype=setup.dtype)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
 
 
-def run_all(setup: Setup, skip: set[str], budget_s: float, smoke: bool) -> list[Row]:
-    """The sections in the order of the targets they measure (the rest last)."""
+def run_all(setup: Setup, skip: set[str], budget_s: float, smoke: bool, done=lambda rows: None) -> list[Row]:
+    """The sections with targets first, cheapest first (the 7B one last of them), then the
+    rest; ``done(rows)`` is called with the rows so far after each section."""
     start, rows = time.perf_counter(), []
 
     def section(name: str, fn) -> None:
@@ -278,19 +305,22 @@ def run_all(setup: Setup, skip: set[str], budget_s: float, smoke: bool) -> list[
             except Exception as err:  # one broken section must not lose the others' numbers
                 traceback.print_exc()
                 rows.append(Row(name, "ERROR", None, None, None, note=f"{type(err).__name__}: {err}"[:300]))
-        print(f"[{time.perf_counter() - start:6.1f} s] {name} done", file=sys.stderr, flush=True)
+        print(f"[{time.perf_counter() - start:6.1f} s] {name} done{_peak_memory(setup.device)}",
+              file=sys.stderr, flush=True)  # fmt: skip
+        done(rows)
 
     def seven_b() -> list[Row]:
-        hf7, model7 = load(setup.shapes["7B"], setup)
+        hf7, model7 = load(setup.shapes["7B"], setup, from_disk=False)
         return vs_generate("7B", model7, hf7, setup, (setup.batch,), 2.0)
 
     hf, model = load(setup.shapes["0.5B"], setup)
     section("0.5B", lambda: vs_generate("0.5B", model, hf, setup, (setup.batch,), 5.0))
     section("dvr", lambda: dvr_sweep(model, setup, setup.batch))
     section("decode", lambda: decode_step(model, setup, setup.batch))
+    section("ops", lambda: op_rows(setup, smoke))  # about a minute: before the 7B's two or so
+    _release()
     section("7b", seven_b)
     _release()
-    section("ops", lambda: op_rows(setup, smoke))
     others = [b for b in setup.batches if b != setup.batch]
     section("0.5B", lambda: vs_generate("0.5B", model, hf, setup, others, None))
     return rows
@@ -301,7 +331,11 @@ def print_table(rows: list[Row], meta: dict) -> None:
     print(
         f"{'section':<30} {'case':<46} {'ours':>10} {'baseline':>10} {'ratio':>7}  {'target':<22} met   note"
     )
+    print_rows(rows)
+    print("(throughput rows: tok/s and ours/baseline; '(ms)' rows: ms and time ratio, lower is better)")
 
+
+def print_rows(rows: list[Row]) -> None:
     def num(v):
         return f"{v:>10.1f}" if v is not None else f"{'-':>10}"
 
@@ -309,8 +343,7 @@ def print_table(rows: list[Row], meta: dict) -> None:
         met = "" if r.met is None else ("yes" if r.met else "NO")
         ratio = f"{r.ratio:>7.2f}" if r.ratio is not None else f"{'-':>7}"
         numbers = f"{num(r.ours)} {num(r.baseline)} {ratio}"
-        print(f"{r.section:<30} {r.case:<46} {numbers}  {r.target:<22} {met:<5} {r.note}")
-    print("(throughput rows: tok/s and ours/baseline; '(ms)' rows: ms and time ratio, lower is better)")
+        print(f"{r.section:<30} {r.case:<46} {numbers}  {r.target:<22} {met:<5} {r.note}", flush=True)
 
 
 def main(argv=None) -> int:
@@ -324,6 +357,7 @@ def main(argv=None) -> int:
     parser.add_argument("--dvr-window", type=int, default=8)
     parser.add_argument("--dvr-group-size", type=int, default=8)
     parser.add_argument("--budget-s", type=float, default=300.0)
+    parser.add_argument("--no-cuda-graphs", action="store_true", help="run every engine pass eagerly")
     parser.add_argument(
         "--smoke", action="store_true", help="tiny shapes on CPU: checks the script end to end"
     )
@@ -347,23 +381,41 @@ def _main(args) -> int:
     device = str(resolve_device("cpu" if args.smoke else args.device))  # a clear error without CUDA
     dtype = resolve_dtype(args.dtype, torch.device(device))
     if args.smoke:
-        setup = Setup(device, dtype, 4, 4, 1, (1, 2), 2, {"0.5B": TINY, "7B": TINY_WIDE}, 2, 2)
+        setup = Setup(device, dtype, 4, 4, 1, (1, 2), 2, {"0.5B": TINY, "7B": TINY_WIDE}, 2, 2,
+                      not args.no_cuda_graphs)  # fmt: skip
     else:
         shapes = {"0.5B": QWEN2_05B, "7B": QWEN2_7B}
         setup = Setup(device, dtype, 128, 128, args.repeats, (1, 32, 128), 32, shapes, args.dvr_window,
-                      args.dvr_group_size)  # fmt: skip
+                      args.dvr_group_size, not args.no_cuda_graphs)  # fmt: skip
     import transformers
 
     meta = machine(device) | {"transformers": transformers.__version__, "cuda": torch.version.cuda,
-                              "dtype": str(dtype).removeprefix("torch."), "smoke": args.smoke}  # fmt: skip
-    rows = run_all(setup, set(args.skip), args.budget_s, args.smoke)
+                              "dtype": str(dtype).removeprefix("torch."), "smoke": args.smoke,
+                              "cuda_graphs": setup.cuda_graphs}  # fmt: skip
+    path = pathlib.Path(args.json or RESULTS / ("gpu-smoke.json" if args.smoke else "gpu.json"))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    printed = [0]
+
+    def done(rows: list[Row]) -> None:
+        """After each section: its rows to the log, all rows so far to the JSON (a run
+        killed later keeps them; ``complete`` says whether every section ran)."""
+        print_rows(rows[printed[0] :])
+        printed[0] = len(rows)
+        write_json(path, meta, rows, complete=False)
+
+    rows = run_all(setup, set(args.skip), args.budget_s, args.smoke, done)
     print_table(rows, meta)
-    path = args.json or RESULTS / ("gpu-smoke.json" if args.smoke else "gpu.json")
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    with open(path, "w") as f:
-        json.dump({"meta": meta, "rows": [asdict(r) for r in rows]}, f, indent=2)
+    write_json(path, meta, rows, complete=True)
     print(f"wrote {path}")
     return 1 if any(r.case == "ERROR" for r in rows) else 0
+
+
+def write_json(path: pathlib.Path, meta: dict, rows: list[Row], *, complete: bool) -> None:
+    """Write to a temporary file, then rename: a kill never leaves half a file."""
+    tmp = path.with_name(path.name + ".tmp")
+    payload = {"meta": meta, "complete": complete, "rows": [asdict(r) for r in rows]}
+    tmp.write_text(json.dumps(payload, indent=2))
+    tmp.replace(path)
 
 
 if __name__ == "__main__":

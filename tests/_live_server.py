@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from reasonserve.engine import Engine, EngineConfig, make_tiny_checkpoint
 from reasonserve.serve.app import create_app
@@ -72,3 +72,36 @@ def wait_until(predicate, timeout_s: float = TIMEOUT_S, interval_s: float = 0.02
             return True
         time.sleep(interval_s)
     return predicate()
+
+
+def assert_error(r, status: int, param=...) -> dict:
+    """``r`` (an httpx response) is a ``status`` error in the OpenAI shape (naming ``param``
+    when given); returns the error object."""
+    assert r.status_code == status, r.text
+    assert r.headers["content-type"].startswith("application/json")
+    err = r.json()["error"]
+    assert set(err) == {"message", "type", "param", "code"} and err["code"] == status and err["message"]
+    if param is not ...:
+        assert err["param"] == param, err
+    return err
+
+
+@dataclass
+class Held:
+    """``fn`` whose every call waits for :meth:`release` (at most TIMEOUT_S) first, counting
+    the calls in progress (``active``) and the most at once (``peak``)."""
+
+    fn: object
+    active: int = 0
+    peak: int = 0
+    _released: threading.Event = field(default_factory=threading.Event)
+
+    def __call__(self, *args):
+        self.active += 1
+        self.peak = max(self.peak, self.active)
+        self._released.wait(TIMEOUT_S)
+        self.active -= 1
+        return self.fn(*args)
+
+    def release(self) -> None:
+        self._released.set()

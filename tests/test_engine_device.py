@@ -324,7 +324,7 @@ def test_dvr_reports_verify_cost(ckpt):
 
 
 # the GPU benchmark, end to end on tiny shapes ----------------------------------------------------
-def test_gpu_benchmark_smoke_runs_every_section_on_cpu(tmp_path, capsys, monkeypatch):
+def _gpu_benchmark(monkeypatch):
     pytest.importorskip("transformers", reason="the benchmark compares with transformers (dev extra)")
     path = pathlib.Path(__file__).resolve().parents[1] / "benchmarks" / "gpu.py"
     spec = importlib.util.spec_from_file_location("gpu_benchmark", path)
@@ -332,9 +332,16 @@ def test_gpu_benchmark_smoke_runs_every_section_on_cpu(tmp_path, capsys, monkeyp
     monkeypatch.setitem(sys.modules, spec.name, bench)  # its dataclasses look their module up
     monkeypatch.syspath_prepend(str(path.parent))
     spec.loader.exec_module(bench)
+    return bench
+
+
+def test_gpu_benchmark_smoke_runs_every_section_on_cpu(tmp_path, capsys, monkeypatch):
+    bench = _gpu_benchmark(monkeypatch)
     out = tmp_path / "gpu.json"
     assert bench.main(["--smoke", "--json", str(out)]) == 0
-    rows = json.loads(out.read_text())["rows"]
+    written = json.loads(out.read_text())
+    assert written["complete"] is True
+    rows = written["rows"]
     sections = {r["section"].split(" (")[0].split(" at ")[0] for r in rows}
     assert sections == {"engine vs generate", "DVR", "decode step", "invariant ops vs stock"}
     assert all(r["case"] != "ERROR" and r["ours"] > 0 and r["baseline"] > 0 for r in rows)
@@ -345,6 +352,36 @@ def test_gpu_benchmark_smoke_runs_every_section_on_cpu(tmp_path, capsys, monkeyp
         and "0 verify passes" not in sweep["dvr 100% det"]["note"]
     )
     assert "engine vs generate (7B)" in capsys.readouterr().out
+
+
+def test_gpu_benchmark_killed_midway_keeps_the_finished_sections(tmp_path, capsys, monkeypatch):
+    """scripts/gpu_check.sh kills the benchmark at its timeout: the sections that finished
+    must already be in the JSON and in the log."""
+    bench = _gpu_benchmark(monkeypatch)
+
+    def killed(*args, **kwargs):
+        raise KeyboardInterrupt  # what a timeout's signal does mid-section (not an Exception)
+
+    engines = []
+    real_engine_for = bench.engine_for
+
+    def engine_for(*args):
+        engines.append(real_engine_for(*args))
+        return engines[-1]
+
+    monkeypatch.setattr(bench, "decode_step", killed)
+    monkeypatch.setattr(bench, "engine_for", engine_for)
+    out = tmp_path / "gpu.json"
+    with pytest.raises(KeyboardInterrupt):
+        bench.main(["--smoke", "--skip", "7b", "ops", "--no-cuda-graphs", "--json", str(out)])
+    assert engines and not any(e.config.cuda_graphs for e in engines)  # the eager lever reaches them
+    written = json.loads(out.read_text())
+    assert written["complete"] is False and written["meta"]["smoke"] is True
+    sections = [r["section"] for r in written["rows"]]
+    assert sections[0] == "engine vs generate (0.5B)" and sections[-1].startswith("DVR at batch")
+    assert len(sections) == 6 and all(r["ours"] > 0 for r in written["rows"])
+    log = capsys.readouterr().out
+    assert "dvr 100% det" in log and "batch_invariant" in log  # each section printed as it ended
 
 
 def _read_rows(chunks, bs, scratch, max_positions):

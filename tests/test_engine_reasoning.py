@@ -67,6 +67,50 @@ def test_verification_forces_the_same_token(path):
     assert engine.dvr.verify_passes > 0
 
 
+SPLIT = (200, 201, 202)  # an end of thinking the tokenizer writes as three tokens
+
+
+def test_a_multi_token_end_of_thinking_is_forced_whole_and_ends_thinking_once_complete(path):
+    free = _run(_engine(path)).token_ids
+    split = dict(end_of_thinking_token_id=None, end_of_thinking_token_ids=SPLIT)
+    for budget in (0, 3, 9):
+        out = _run(_engine(path, **split), thinking_token_budget=budget)
+        assert out.token_ids[: budget + 3] == [*free[:budget], *SPLIT]
+        assert out.metrics.end_of_thinking_s is not None
+    engine = _engine(path, **split)
+    rid = engine.add_request(PROMPT, SamplingParams(max_tokens=16, temperature=0.0, thinking_token_budget=2))
+    phases = []
+    while engine.has_unfinished():
+        engine.step()
+        if rid in engine.scheduler.by_id:
+            seq = engine.scheduler.by_id[rid]
+            phases.append((len(seq.output), seq.phase))
+    # still thinking while the tag is incomplete (2 + 2 tokens), answering once it is whole
+    assert all(p == Phase.REASONING for n, p in phases if n <= 4)
+    assert all(p == Phase.ANSWERING for n, p in phases if n >= 5) and phases[-1][0] >= 5
+    with pytest.raises(InvalidArgumentError, match="not both"):
+        EngineConfig(end_of_thinking_token_id=7, end_of_thinking_token_ids=SPLIT)
+
+
+def test_a_model_writing_the_multi_token_end_itself_is_not_forced(path):
+    free = _run(_engine(path)).token_ids
+    own = tuple(free[2:4])  # pretend the model's third and fourth tokens are its end of thinking
+    out = _run(
+        _engine(path, end_of_thinking_token_id=None, end_of_thinking_token_ids=own), thinking_token_budget=6
+    )
+    assert out.token_ids == free  # ended at index 3, before the budget: nothing forced
+
+
+def test_verification_forces_the_same_multi_token_end(path):
+    params = dict(temperature=0.8, seed=3, deterministic=True, thinking_token_budget=3)
+    split = dict(end_of_thinking_token_id=None, end_of_thinking_token_ids=SPLIT)
+    reference = _run(_engine(path, mode="batch_invariant", **split), **params)
+    engine = _engine(path, mode="dvr", dvr_window=4, **split)
+    out = _run(engine, **params)
+    assert out.token_ids == reference.token_ids and tuple(out.token_ids[3:6]) == SPLIT
+    assert engine.dvr.verify_passes > 0
+
+
 def test_budget_needs_an_end_of_thinking_token(path):
     engine = Engine.from_pretrained(path, EngineConfig(block_size=4, num_blocks=64))
     with pytest.raises(InvalidArgumentError, match="end_of_thinking_token_id"):
@@ -106,9 +150,22 @@ def test_deterministic_logprobs_are_the_invariant_ones(path):
     assert out.logprobs == reference.logprobs  # bit for bit: verified values replace the fast path's
 
 
-def test_logprobs_with_committed_output_are_refused(path):
-    engine = _engine(path)
-    with pytest.raises(InvalidArgumentError, match="committed_output"):
-        engine.add_request(PROMPT, SamplingParams(logprobs=1), committed_output=[1, 2])
+@pytest.mark.parametrize("mode", ["dvr", "batch_invariant"])
+def test_a_resumed_request_reports_the_logprobs_of_what_it_samples_after_its_committed_tokens(path, mode):
+    """A request resumed from committed tokens (migration) has None for those (they were
+    reported where they were sampled) and, after them, the undisturbed run's logprobs
+    bit for bit (deterministic requests)."""
+    params = dict(temperature=0.9, seed=5, deterministic=True, logprobs=3, ignore_eos=True)
+    whole = _run(_engine(path, mode=mode), **params)
+    engine = _engine(path, mode=mode, dvr_window=4)
+    sampling = SamplingParams(**({"max_tokens": 16, "temperature": 0.0} | params))
+    rid = engine.add_request(PROMPT, sampling, committed_output=whole.token_ids[:6])
+    assert engine.verified_logprobs(rid) == [None] * 6
+    done = {}
+    while engine.has_unfinished():
+        done |= {o.request_id: o for o in engine.step()}
+    out = done[rid]
+    assert out.token_ids == whole.token_ids
+    assert out.logprobs == [None] * 6 + whole.logprobs[6:]
     with pytest.raises(InvalidArgumentError, match="logprobs"):
         SamplingParams(logprobs=21)

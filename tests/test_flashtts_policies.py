@@ -6,6 +6,7 @@ from __future__ import annotations
 import itertools
 import math
 import random
+from dataclasses import replace
 
 import pytest
 from hypothesis import given, settings
@@ -338,8 +339,23 @@ def test_allocator_picks_offloading_when_it_is_faster():
     assert not shared.offload and math.isinf(shared.offload_s)
 
 
+def test_allocator_returns_the_only_plan_even_when_its_time_overflows():
+    """Memory for one model at a time and a host link so slow that the offloading plan's
+    time overflows to inf: that plan is still the one that fits (it was an AttributeError
+    on None, the inf not being faster than the missing shared plan's inf)."""
+    gen, ver = _costs()
+    slow = replace(gen.hardware, host_link_bytes_s=1e-300)
+    gen, ver = replace(gen, hardware=slow), replace(ver, hardware=slow)
+    s, s_dec = 400, 100
+    memory = 1.01 * max(s * ver.model.kv_bytes_per_token, s_dec * gen.model.kv_bytes_per_token)
+    plan = RooflineKVAllocator(gen, ver).plan(memory_bytes=memory, num_beams=8, verify_tokens=s,
+                                              decode_tokens=s_dec, num_switches=10)  # fmt: skip
+    assert plan.offload and math.isinf(plan.shared_s) and plan.total_s == plan.offload_s == math.inf
+
+
 @pytest.mark.parametrize("kwargs,match", [
-    ({"memory_bytes": 0}, "memory_bytes"), ({"num_beams": 0}, "num_beams"), ({"verify_tokens": 1.5}, "verify"),
+    ({"memory_bytes": 0}, "memory_bytes"), ({"memory_bytes": math.inf}, "finite"),
+    ({"memory_bytes": math.nan}, "memory_bytes"), ({"num_beams": 0}, "num_beams"), ({"verify_tokens": 1.5}, "verify"),
     ({"decode_tokens": -1}, "decode"), ({"num_switches": -1}, "switches"), ({"memory_bytes": 10.0}, "fits no"),
     ({"verifier_cache": 50}, "verifier_cache"), ({"verifier_cache": PrefixCachedVerifier(150, 2)}, "new_tokens"),
     ({"generator_prefix_share": 0.9}, "generator_prefix_share"), ({"generator_prefix_share": True}, "generator"),

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import socket
 import threading
 
 import pytest
@@ -213,6 +214,24 @@ def test_a_program_past_its_deadline_is_a_504(faulty):
         )
         assert "did not end within 0.5 s" in assert_openai_error(r, 504)["message"]
         assert wait_until(lambda: settled(gateway, upstream))
+
+
+def test_a_client_leaving_a_stream_before_its_first_text_cancels_the_program_at_once(faulty):
+    """The upstream hangs before any text; the client leaves. Its program is cancelled and
+    the upstream request aborted then, not when the 60 s upstream timeout would end it."""
+    _, _, upstream = faulty
+    cfg = GatewayConfig(f"http://127.0.0.1:{upstream.port}", upstream_kind="openai", default_early_exit="off",
+                        upstream_timeout_s=60.0)  # fmt: skip
+    with live_gateway(cfg) as (url, gateway):
+        before = upstream.requests
+        body = json.dumps({"prompt": "Q hang", "max_tokens": 64, "stream": True}).encode()
+        port = int(url.rsplit(":", 1)[1])
+        with socket.create_connection(("127.0.0.1", port), timeout=TIMEOUT_S) as sock:
+            sock.sendall(b"POST /v1/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
+                         b"content-length: %d\r\n\r\n%s" % (len(body), body))  # fmt: skip
+            assert wait_until(lambda: upstream.requests == before + 1 and gateway.scheduler.num_live == 1)
+        # a bound on failure well inside the 60 s upstream timeout; leaving takes milliseconds
+        assert wait_until(lambda: settled(gateway, upstream), timeout_s=15.0)
 
 
 def test_request_size_limits_apply(faulty):

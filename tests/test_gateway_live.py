@@ -19,9 +19,8 @@ openai = pytest.importorskip("openai", reason="gateway tests need the openai cli
 httpx = pytest.importorskip("httpx", reason="gateway tests need httpx (client extra)")
 pytest.importorskip("transformers", reason="the chain checkpoint is written with transformers")
 
-from _gateway import ANSWER, REASONING, live_gateway, token_id, write_chain_checkpoint  # noqa: E402
-from _live_server import TIMEOUT_S, live_server, wait_until  # noqa: E402
-from reasonserve.engine import Engine, EngineConfig  # noqa: E402
+from _gateway import ANSWER, REASONING, chain_upstream, live_gateway  # noqa: E402
+from _live_server import TIMEOUT_S, wait_until  # noqa: E402
 from reasonserve.gateway import GatewayConfig  # noqa: E402
 from reasonserve.serve.config import ServeConfig  # noqa: E402
 
@@ -32,11 +31,7 @@ QUICK_EXIT = {"probe_interval_tokens": 4, "agreement": 2}
 
 @pytest.fixture(scope="module")
 def upstream(tmp_path_factory):
-    folder = write_chain_checkpoint(tmp_path_factory.mktemp("chain"))
-    ids = dict(eos_token_id=token_id("<eos>"), end_of_thinking_token_id=token_id("</think>"))
-    engine = Engine.from_pretrained(folder, EngineConfig(block_size=16, num_blocks=1024, **ids))
-    with live_server(engine, ServeConfig(model_name="chain", max_tokens_limit=4000)) as live:
-        live.folder = folder
+    with chain_upstream(tmp_path_factory.mktemp("chain")) as live:
         yield live
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 
 import pytest
@@ -286,6 +287,34 @@ def test_bad_command_line_values_are_typed_errors(argv):
 
     with pytest.raises(InvalidArgumentError):
         gateway_config(gateway_args("--upstream", "http://x", *argv))
+
+
+def test_chat_template_kwargs_may_not_replace_the_template(tmp_path):
+    """``chat_template_kwargs`` are the template's variables: a key naming what the gateway
+    sets (the template itself, the messages, ...) is a 400, as in ``reasonserve serve`` (a
+    ``chat_template`` key used to replace the gateway's template with the client's own)."""
+    from tokenizers import Tokenizer, models
+    from transformers import PreTrainedTokenizerFast
+
+    from reasonserve.clients import OpenAIShim
+    from reasonserve.clients.http import HTTPClient
+    from reasonserve.gateway.prompts import ChatTemplate, chat_prompt
+
+    tok = PreTrainedTokenizerFast(tokenizer_object=Tokenizer(models.WordLevel({"<unk>": 0}, "<unk>")),
+                                  unk_token="<unk>")  # fmt: skip
+    tok.chat_template = "{% for m in messages %}<{{ m.content }}>{% endfor %}{% if flag %}!{% endif %}"
+    tok.save_pretrained(tmp_path)
+    template = ChatTemplate(str(tmp_path))
+    client = HTTPClient("http://upstream", OpenAIShim(extensions=False))  # text prompts: no /tokenize call
+
+    def prompt(**kwargs):
+        return asyncio.run(chat_prompt(chat(chat_template_kwargs=kwargs), client, template, None))
+
+    assert prompt(flag=True).text == "<hi>!"
+    for key in ("chat_template", "messages", "add_generation_prompt", "tokenize"):
+        with pytest.raises(ApiError) as err:
+            prompt(**{key: "{{ 'injected' }}"})
+        assert (err.value.status, err.value.param) == (400, "chat_template_kwargs")
 
 
 def test_chat_messages_reach_the_template_with_their_reasoning_and_no_tools():

@@ -59,3 +59,23 @@ def test_cuda_sampling_picks_the_cpu_tokens():
     noise_cpu = ops.gumbel_noise(seeds, positions, 32000)
     noise_gpu = ops.gumbel_noise(seeds, positions.cuda(), 32000, device="cuda").cpu()
     assert_close(noise_gpu, noise_cpu, 1e-12, 1e-12, "noise cpu vs cuda")
+
+
+def test_decode_attention_reads_batch_entries_past_int32_offsets():
+    """A padded cache of 3 x 2**30 elements (6 GiB, bf16): entry 2 starts 2**31 elements in,
+    where an int32 ``b * stride`` wraps negative. Its row must equal the row computed from a
+    view that starts at that entry. (Last in the file: a wrapped offset may fault and
+    poison the CUDA context for the tests after it.)"""
+    b, hkv, t, d, n = 3, 8, 1 << 20, 128, 37
+    g = torch.Generator(device="cuda").manual_seed(4)
+    cache = torch.empty(b, hkv, t, d, device="cuda", dtype=torch.bfloat16)
+    cache[:, :, :n] = torch.randn(b, hkv, n, d, device="cuda", generator=g).to(torch.bfloat16)
+    q = torch.randn(b, 32, d, device="cuda", generator=g, dtype=torch.bfloat16)
+    lens = torch.full((b,), n, device="cuda")
+    full = ops.decode_attention(q, cache, cache, lens)
+    torch.cuda.synchronize()  # a wrapped offset would fault here
+    alone = ops.decode_attention(q[2:], cache[2:, :, :n], cache[2:, :, :n], lens[2:])
+    assert_bitwise_equal(full[2:], alone, "the entry past 2**31 elements")
+    ref = ops.decode_attention(q[2:].double(), cache[2:, :, :n].double(), cache[2:, :, :n].double(), lens[2:],
+                               impl="torch")  # fmt: skip
+    assert_close(full[2:].double(), ref, 2e-2, 2e-2, "vs float64")

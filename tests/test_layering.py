@@ -169,3 +169,18 @@ def test_no_compiled_leftover_shadows_a_source_module():
     suffixes = tuple(importlib.machinery.EXTENSION_SUFFIXES)
     extensions = [p for p in PACKAGE.rglob("*") if p.name.endswith(suffixes) and not p.name.startswith("_C.")]
     assert extensions == []
+
+
+def test_the_simulator_holds_no_copy_of_a_program():
+    """Reasoning programs run on the simulator as themselves, through ``clients.SimClient``
+    (``programs.recorded`` drives ``programs.sc``): no simulator module decides what a
+    program decides, so none imports the certainty estimators or the allocation policies
+    (``reasonserve.certainindex``) a program decides with."""
+    wrong = [
+        f"{path.relative_to(PACKAGE.parent)}:{line}: {target}"
+        for module, path in _modules()
+        if _package(module) == "sim"
+        for line, target in _imports(module, path)
+        if _package(target) == "certainindex"
+    ]
+    assert not wrong, "the simulator imports a program's decision rules:\n" + "\n".join(wrong)

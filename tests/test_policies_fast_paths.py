@@ -615,6 +615,15 @@ def test_joined_indexes_as_the_concatenation():
             joined[i]
 
 
+def test_joined_slices_as_the_concatenation():
+    """A joined queue is a Sequence: a slice reads as the concatenation's (it raised
+    TypeError: only queues past ``_COPY_UP_TO`` waiting are joined, so only long ones failed)."""
+    first, second = ("a", "b"), ("c", "d", "e")
+    joined, both = programs_mod._Joined(first, second), first + second
+    for cut in (slice(None), slice(1, 4), slice(-4, None), slice(None, None, -2), slice(4, 0, -3), slice(7, 9)):
+        assert joined[cut] == both[cut]
+
+
 MATCHED = st.tuples(st.integers(0, 3), st.sampled_from([0.0, -0.0, 1.0, 2.5, 7.0, np.inf, -np.inf]))
 
 

@@ -19,7 +19,7 @@ import pytest
 httpx = pytest.importorskip("httpx")
 pytest.importorskip("uvicorn")
 
-from _live_server import TIMEOUT_S, live_server, tiny_engine, wait_until  # noqa: E402
+from _live_server import TIMEOUT_S, Held, live_server, tiny_engine, wait_until  # noqa: E402
 from reasonserve.engine import Engine, EngineConfig, SamplingParams, make_tiny_checkpoint  # noqa: E402
 from reasonserve.serve import routes  # noqa: E402
 from reasonserve.serve.config import ServeConfig  # noqa: E402
@@ -73,17 +73,8 @@ def test_2_lone_surrogates_get_a_json_error_not_a_500(live, path, raw, status):
 def test_3_request_bodies_are_parsed_one_at_a_time(live, monkeypatch):
     """The stall came from a pool of parsing threads taking the GIL from the event loop in
     turns; now one planning thread parses, so at most one parse runs at any time."""
-    active, peak, release = [0], [0], threading.Event()
-    parse = routes.parse_body
-
-    def slow_parse(raw, model):
-        active[0] += 1
-        peak[0] = max(peak[0], active[0])
-        release.wait(TIMEOUT_S)
-        active[0] -= 1
-        return parse(raw, model)
-
-    monkeypatch.setattr(routes, "parse_body", slow_parse)
+    held = Held(routes.parse_body)
+    monkeypatch.setattr(routes, "parse_body", held)
     body = json.dumps({"prompt": [300] * 50_000, "max_tokens": 4})  # 300: outside the vocabulary
     replies: list = []
 
@@ -93,13 +84,13 @@ def test_3_request_bodies_are_parsed_one_at_a_time(live, monkeypatch):
     workers = [threading.Thread(target=bad) for _ in range(6)]
     for w in workers:
         w.start()
-    assert wait_until(lambda: active[0] == 1)
-    assert not wait_until(lambda: peak[0] > 1, timeout_s=1.0)  # a pool would have started more
+    assert wait_until(lambda: held.active == 1)
+    assert not wait_until(lambda: held.peak > 1, timeout_s=1.0)  # a pool would have started more
     assert httpx.get(live.url + "/health", timeout=TIMEOUT_S).status_code == 200
-    release.set()
+    held.release()
     for w in workers:
         w.join(TIMEOUT_S)
-    assert [r.status_code for r in replies] == [400] * 6 and peak[0] == 1
+    assert [r.status_code for r in replies] == [400] * 6 and held.peak == 1
 
 
 def test_4_health_is_outside_the_request_cap(tmp_path):

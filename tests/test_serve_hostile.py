@@ -15,7 +15,7 @@ import pytest
 httpx = pytest.importorskip("httpx")
 pytest.importorskip("uvicorn")
 
-from _live_server import TIMEOUT_S, live_server, tiny_engine, wait_until  # noqa: E402
+from _live_server import TIMEOUT_S, assert_error, live_server, tiny_engine, wait_until  # noqa: E402
 from reasonserve.engine import EngineConfig  # noqa: E402
 from reasonserve.serve.config import ServeConfig  # noqa: E402
 
@@ -35,16 +35,6 @@ def post(live, body, path: str = "/v1/completions", timeout: float = TIMEOUT_S) 
     return httpx.post(
         live.url + path, content=raw, headers={"content-type": "application/json"}, timeout=timeout
     )
-
-
-def assert_error(r: httpx.Response, status: int, param=...) -> dict:
-    assert r.status_code == status, r.text
-    assert r.headers["content-type"].startswith("application/json")
-    err = r.json()["error"]
-    assert set(err) == {"message", "type", "param", "code"} and err["code"] == status and err["message"]
-    if param is not ...:
-        assert err["param"] == param, err
-    return err
 
 
 def assert_still_serves(live) -> None:
@@ -81,7 +71,7 @@ BAD = [  # (raw body, path, param)
     (b'{"prompt":"hi","frobnicate":1}', None, "frobnicate"),
     (b'{"prompt":"hi","logprobs":21}', None, "logprobs"),
     (b'{"prompt":"hi","vllm_xargs":{"k":1}}', None, "vllm_xargs.k"),
-    (b'{"prompt":[1,999]}', None, None),
+    (b'{"prompt":[1,999]}', None, "prompt"),
     (b'{"prompt":[]}', None, "prompt"),
     (b'{"prompt": "\xff\xfe"}', None, None),
     (b"[1, 2]", None, None),

@@ -1,7 +1,8 @@
-"""Reasoning programs in the simulator: certainindex stops programs early and frees their
-KV; nothing is lost or duplicated; runs are deterministic; Dynasor's escalation bounds
-starvation under SJF; bad input raises typed errors. Recorded data is only read (and
-the tests that need it skip) when ``../shared/data`` is there."""
+"""Reasoning programs in the simulator: ``programs.sc`` itself on a ``SimClient`` on the
+cluster (:mod:`reasonserve.programs.recorded`) with recorded samples. Certainindex stops
+programs early and frees their KV; nothing is lost or duplicated; runs are deterministic;
+Dynasor's escalation bounds starvation under SJF; bad input raises typed errors. Recorded
+data is only read (and the tests that need it skip) when ``../shared/data`` is there."""
 
 import math
 import pathlib
@@ -12,20 +13,22 @@ from hypothesis import strategies as st
 
 from reasonserve.certainindex.allocation import ProgramStatus, ThresholdPolicy
 from reasonserve.certainindex.estimators.semantic_entropy import SemanticEntropy
-from reasonserve.core.errors import InvalidArgumentError, PolicyError
+from reasonserve.clients.sim import SimCluster
+from reasonserve.core.errors import InvalidArgumentError
 from reasonserve.core.phase import Phase
 from reasonserve.core.views import ProgramView, RequestView, SchedulerView
 from reasonserve.policies.app_fifo import AppFIFOPolicy
 from reasonserve.policies.dynasor import DynasorPolicy, DynasorState
 from reasonserve.policies.lpm import LPMPolicy
+from reasonserve.programs.recorded import run_recorded_sc, sc_rounds
+from reasonserve.programs.sc import SelfConsistency
 from reasonserve.recordings import make_question
-from reasonserve.sim import SimConfig, SimRequest, simulate
-from reasonserve.sim.programs.runtime import ProgramPlan, ProgramRuntime, SCProgram, WithPrograms
+from reasonserve.sim import SimConfig
 from reasonserve.sim.programs.workload import (
+    SCProgram,
     SCRecord,
     difficulty,
     load_sc_records,
-    prefix_hashes,
     sc_program_workload,
 )
 
@@ -33,50 +36,48 @@ DATA = pathlib.Path(__file__).resolve().parents[2] / "shared" / "data" / "sc_sam
 CONFIG = SimConfig(
     num_instances=1, hardware="h100", model="qwen2.5-7b", kv_capacity_tokens=2048, max_num_seqs=8
 )
-ROUNDS = ProgramPlan(
-    8, first_round=5, allocation=ThresholdPolicy(0.7, detect_at=5, recheck_every=8, max_knob=8)
-)
+ROUNDS = sc_rounds(8, 5, ThresholdPolicy(0.7, detect_at=5, recheck_every=8, max_knob=8))
 
 
 def _program(pid, arrival, answers, tokens, prompt=24):
     q = make_question(pid, list(answers), [math.nan] * len(answers), "1")
-    return SCProgram(pid, arrival, prompt, q, tuple(tokens), difficulty(q), prefix_hashes(pid, prompt, 16))
+    return SCProgram(pid, arrival, prompt, q, tuple(tokens), difficulty(q))
 
 
-def _simulate(programs, plan, policy=DynasorPolicy, config=CONFIG, aware=True):
-    rt = ProgramRuntime(programs, plan)
-    factory = (lambda: WithPrograms(policy(), rt)) if aware else policy
-    res = simulate(rt.initial_requests(), config, factory, check_every_step=True, programs=rt)
-    return rt, res
+def _simulate(programs, sc, policy=DynasorPolicy, config=CONFIG, **kwargs):
+    """(rows by program id, the SimResult)."""
+    res, rows = run_recorded_sc(programs, sc, SimCluster(config, policy, check_every_step=True), **kwargs)
+    return {r["program_id"]: r for r in rows}, res
 
 
 def test_certainindex_stops_a_settled_program_after_detection():
     settled = _program("a", 0.0, "11111222", [30, 40, 50, 60, 70, 80, 90, 100])
     split = _program("b", 0.0, "12345111", [30, 40, 50, 60, 70, 80, 90, 100])  # no 5 of them agree
-    rt, res = _simulate([settled, split], ROUNDS)
-    a, b = rt.states["a"], rt.states["b"]
-    assert (a.issued, len(a.classes), a.certainty) == (5, 5, 1.0)  # the other 3 never issued
-    assert b.issued == len(b.classes) == 8
-    # The certainty read at detect@5 is the replay's estimator on the first 5 answers.
-    seen = SemanticEntropy().score(b.classes[:5])
-    assert seen < 0.7 and ROUNDS.allocation.grant(ProgramStatus(5, seen))
+    rows, res = _simulate([settled, split], ROUNDS)
+    a, b = rows["a"], rows["b"]
+    assert (a["issued"], a["samples"], a["certainty"]) == (5, 5, 1.0)  # the other 3 never issued
+    assert b["issued"] == b["samples"] == 8
+    # The certainty read at detect@5 is the replay's estimator on the first 5 answers (in
+    # finish order: shortest first), below the threshold; after all 8 it is all of them.
+    seen = SemanticEntropy().score([0, 1, 2, 3, 4])
+    assert seen < 0.7 and ROUNDS.policy.grant(ProgramStatus(5, seen))
+    assert b["certainty"] == SemanticEntropy().score([0, 1, 2, 3, 4, 0, 0, 0])
     assert {s.request_id for s in res.sequences} == {f"a/s{j}" for j in range(5)} | {
         f"b/s{j}" for j in range(8)
     }
-    rows = {r["program_id"]: r for r in rt.results()}
-    assert rows["a"]["stopped_early"] and not rows["b"]["stopped_early"]
-    assert rows["a"]["correct"] and rows["a"]["tokens"] == 30 + 40 + 50 + 60 + 70
+    assert a["stopped_early"] and not b["stopped_early"]
+    assert a["correct"] and a["tokens"] == 30 + 40 + 50 + 60 + 70
 
 
 def test_early_stop_cancels_live_samples_and_frees_their_kv():
-    eager = ProgramPlan(8, allocation=ThresholdPolicy(0.7, detect_at=2, max_knob=8))
+    eager = sc_rounds(8, allocation=ThresholdPolicy(0.7, detect_at=2, max_knob=8))
     prog = [_program("p", 0.0, "11111111", [20, 25] + [600] * 6)]
-    rt, res = _simulate(prog, eager)
-    end = rt.states["p"].finish_s
+    rows, res = _simulate(prog, eager)
+    end = rows["p"]["arrival_s"] + rows["p"]["latency_s"]
     stopped = [s for s in res.sequences if s.finish_reason == "stop"]
     assert len(stopped) == 6 and all(s.num_blocks == 0 and s.finished_s == end for s in stopped)
     assert all(s.num_output < 600 for s in stopped)  # cut short, not run out
-    _, full = _simulate(prog, ProgramPlan(8))
+    _, full = _simulate(prog, sc_rounds(8))
     assert res.end_s < full.end_s / 3  # the freed compute was really not spent
 
 
@@ -99,6 +100,7 @@ def test_program_views_carry_knob_certainty_and_done():
     for view, p in seen:
         live = {r.request_id for r in view.waiting + view.running if r.program_id == p.program_id}
         assert p.max_knob == 8 and p.knob + len(p.request_ids) <= 8 and set(p.request_ids) == live
+        assert p.arrival_s == 0.1 * int(p.program_id[1:])
 
 
 def test_dynasor_reads_remaining_knob_and_program_arrival():
@@ -118,8 +120,8 @@ def test_dynasor_reads_remaining_knob_and_program_arrival():
 def _workloads():
     prog = st.tuples(st.text("123", min_size=1, max_size=6), st.floats(0.0, 2.0),
                      st.lists(st.integers(1, 300), min_size=6, max_size=6))  # fmt: skip
-    plan = st.builds(lambda cap, first, detect, th, use: ProgramPlan(
-        cap, first_round=min(first, cap), allocation=ThresholdPolicy(th, detect_at=detect) if use else None),
+    plan = st.builds(lambda cap, first, detect, th, use: sc_rounds(
+        cap, min(first, cap), ThresholdPolicy(th, detect_at=detect) if use else None),
         st.integers(1, 6), st.integers(1, 6), st.integers(1, 4), st.floats(0.3, 1.0), st.booleans())  # fmt: skip
     return st.lists(prog, min_size=1, max_size=5), plan, st.sampled_from(["dynasor", "app_fifo", "lpm"])
 
@@ -129,27 +131,27 @@ POLICIES = {"dynasor": DynasorPolicy, "app_fifo": AppFIFOPolicy, "lpm": LPMPolic
 
 @settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(*_workloads())
-def test_no_request_lost_or_duplicated_and_deterministic(specs, plan, policy):
+def test_no_request_lost_or_duplicated_and_deterministic(specs, sc, policy):
     progs = [_program(f"g{i}", t, ans, toks[: len(ans)]) for i, (ans, t, toks) in enumerate(specs)]
     config = SimConfig(num_instances=2, hardware="h100", model="qwen2.5-7b", kv_capacity_tokens=512,
                        max_num_seqs=4)  # fmt: skip
-    rt, res = _simulate(progs, plan, POLICIES[policy], config)
+    rows, res = _simulate(progs, sc, POLICIES[policy], config)
     ids = [s.request_id for s in res.sequences]
-    assert len(ids) == len(set(ids)) and set(ids) == set(rt._owner)  # each issued request, once
-    for row in rt.results():
-        st_ = rt.states[row["program_id"]]
-        assert row["latency_s"] is not None and row["samples"] <= st_.issued <= st_.cap <= plan.cap
+    issued = {f"{pid}/s{j}" for pid, row in rows.items() for j in range(row["issued"])}
+    assert len(ids) == len(set(ids)) and set(ids) == issued  # each issued request, once
+    by_id = {p.program_id: p for p in progs}
+    for pid, row in rows.items():
+        cap = min(sc.max_samples, len(by_id[pid].sample_tokens))
+        assert row["latency_s"] >= 0 and row["samples"] <= row["issued"] <= cap
     for s in res.sequences:
         assert s.num_blocks == 0 and s.status == "finished"
-        pid = s.req.program_id
+        row = rows[s.req.program_id]
         if s.finish_reason == "stop":  # only an early-stopped program's samples, at its stop
-            assert (
-                rt.states[pid].finish_s == s.finished_s and len(rt.states[pid].classes) < rt.states[pid].cap
-            )
+            assert row["arrival_s"] + row["latency_s"] == s.finished_s and row["stopped_early"]
         else:
             assert s.finish_reason == "length" and s.num_output == s.req.output_tokens
-    rt2, res2 = _simulate(progs, plan, POLICIES[policy], config)
-    assert rt2.results() == rt.results()
+    rows2, res2 = _simulate(progs, sc, POLICIES[policy], config)
+    assert rows2 == rows
     assert [(s.request_id, s.finished_s) for s in res2.sequences] == [
         (s.request_id, s.finished_s) for s in res.sequences
     ]
@@ -163,7 +165,7 @@ def _starvation_case(bound, gap, stream_s):
     progs += [_program(f"S{i:03d}", i * gap, "1", [12]) for i in range(1, int(stream_s / gap))]
     config = SimConfig(num_instances=1, hardware="h100", model="qwen2.5-32b", kv_capacity_tokens=4096,
                        max_num_seqs=1)  # fmt: skip
-    _, res = _simulate(progs, ProgramPlan(4), lambda: DynasorPolicy(starvation_bound_s=bound), config)
+    _, res = _simulate(progs, sc_rounds(4), lambda: DynasorPolicy(starvation_bound_s=bound), config)
     first = min(s.first_token_s for s in res.sequences if s.req.program_id == "L")
     return first - 0.001, max(s.finished_s for s in res.sequences)
 
@@ -179,9 +181,10 @@ def test_escalation_bounds_starvation_under_sjf(bound, gap):
 
 def test_invalid_programs_and_plans_raise_typed_errors():
     for bad in (
-        lambda: ProgramPlan(0),
-        lambda: ProgramPlan(4, first_round=0),
-        lambda: ProgramPlan(4, allocation=1),
+        lambda: sc_rounds(0),
+        lambda: sc_rounds(4, first_round=0),
+        lambda: sc_rounds(4, allocation=1),
+        lambda: SelfConsistency(reward="mean"),
     ):
         with pytest.raises(InvalidArgumentError):
             bad()
@@ -189,18 +192,9 @@ def test_invalid_programs_and_plans_raise_typed_errors():
     with pytest.raises(InvalidArgumentError):
         SCProgram("p", 0.0, 8, q, (10,))  # one length for two samples
     with pytest.raises(InvalidArgumentError):
-        ProgramRuntime([_program("p", 0.0, "1", [5]), _program("p", 1.0, "1", [5])], ProgramPlan(1))
+        _simulate([_program("p", 0.0, "1", [5]), _program("p", 1.0, "1", [5])], sc_rounds(1))
     with pytest.raises(InvalidArgumentError):
         sc_program_workload([], 1.0, 3, 0)
-
-
-def test_a_program_host_that_issues_a_late_or_duplicate_request_is_rejected():
-    class Bad:
-        def on_finished(self, finished, now_s):
-            return [SimRequest("again", now_s - 1.0, 8, 4, 0)], []
-
-    with pytest.raises(PolicyError):
-        simulate([SimRequest("r", 0.0, 8, 4, 0)], CONFIG, DynasorPolicy, programs=Bad())
 
 
 def test_same_seed_same_questions_at_every_rate():
@@ -272,16 +266,16 @@ def test_reward_certainindex_and_sequential_rounds():
         q = make_question(pid, ["1"] * 4, rewards, "1")
         return SCProgram(pid, 0.0, 16, q, (20, 30, 40, 50), 1)
 
-    plan = ProgramPlan(4, first_round=1, round_size=1, allocation=ThresholdPolicy(0.4, detect_at=3),
-                       reward=RewardCertainty("mean"))  # fmt: skip
-    rt, res = _simulate([prog("good", [0.9, 0.8, 0.7, 0.1]), prog("poor", [0.1, 0.1, 0.1, 0.9])], plan)
-    assert rt.states["good"].issued == 3 and rt.states["good"].certainty == pytest.approx(0.8)
-    assert rt.states["poor"].issued == 4
+    one_by_one = SelfConsistency(samples_per_step=1, max_samples=4, policy=ThresholdPolicy(0.4, detect_at=3))
+    progs = [prog("good", [0.9, 0.8, 0.7, 0.1]), prog("poor", [0.1, 0.1, 0.1, 0.9])]
+    rows, res = _simulate(progs, one_by_one, reward=RewardCertainty("mean"))
+    assert rows["good"]["issued"] == 3 and rows["good"]["certainty"] == pytest.approx(0.8)
+    assert rows["poor"]["issued"] == 4
     by_id = {s.request_id: s for s in res.sequences}
     for j in range(1, 4):  # one rollout at a time: each starts when the one before finished
         assert by_id[f"poor/s{j}"].req.arrival_s == by_id[f"poor/s{j - 1}"].finished_s
-    with pytest.raises(InvalidArgumentError):
-        ProgramPlan(4, reward="mean")
+    entropy, _ = _simulate(progs, one_by_one)  # without the rewards: every answer agrees, certain at 3
+    assert entropy["poor"]["issued"] == 3 and entropy["poor"]["certainty"] == 1.0
 
 
 @pytest.mark.skipif(not (DATA.parent / "mcts").is_dir(), reason="no recorded data")
@@ -301,6 +295,5 @@ def test_search_recordings_load_as_programs():
 @pytest.mark.parametrize(("tokens", "correct"), [((10, 40), False), ((40, 10), True)])
 def test_a_tied_vote_goes_to_the_answer_that_finished_first(tokens, correct):
     # Sample 0 answers 2 (wrong), sample 1 answers 1 (right): one vote each.
-    rt, _ = _simulate([_program("p", 0.0, "21", tokens)], ProgramPlan(2))
-    assert sorted(rt.states["p"].classes) == [0, 1]
-    assert rt.answer_correct("p") is correct
+    rows, _ = _simulate([_program("p", 0.0, "21", tokens)], sc_rounds(2))
+    assert rows["p"]["samples"] == 2 and rows["p"]["correct"] is correct

@@ -24,7 +24,6 @@ from reasonserve.policies.router import LeastKVRouter, PascalRouter
 from reasonserve.sim import SimConfig, SimRequest, load_lengths, poisson_workload, simulate
 from reasonserve.sim.cluster.quiet import QuietRun
 from reasonserve.sim.cluster.sequence import SimSequence
-from reasonserve.sim.programs.runtime import ProgramPlan, ProgramRuntime
 
 DATA = pathlib.Path(__file__).resolve().parents[2] / "shared" / "data"
 
@@ -231,11 +230,10 @@ def test_a_transition_sees_the_virtual_steps_of_lower_instances_at_its_time(firs
 
 def _sc(pid, arrival, tokens):
     from reasonserve.recordings import make_question
-    from reasonserve.sim.programs.runtime import SCProgram
-    from reasonserve.sim.programs.workload import difficulty, prefix_hashes
+    from reasonserve.sim.programs.workload import SCProgram, difficulty
 
     q = make_question(pid, ["1"] * len(tokens), [float("nan")] * len(tokens), "1")
-    return SCProgram(pid, arrival, 24, q, tuple(tokens), difficulty(q), prefix_hashes(pid, 24, 16))
+    return SCProgram(pid, arrival, 24, q, tuple(tokens), difficulty(q))
 
 
 @settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -243,16 +241,18 @@ def _sc(pid, arrival, tokens):
                 min_size=1, max_size=4), st.sampled_from(["fcfs", "pascal"]))  # fmt: skip
 def test_program_stops_mid_stretch_change_no_result(specs, name):
     from reasonserve.certainindex.allocation import ThresholdPolicy
+    from reasonserve.clients.sim import SimCluster
+    from reasonserve.programs.recorded import run_recorded_sc, sc_rounds
 
     progs = [_sc(f"g{i}", t, toks) for i, (t, toks) in enumerate(specs)]
-    plan = ProgramPlan(6, first_round=3, allocation=ThresholdPolicy(0.7, detect_at=2, max_knob=6))
+    sc = sc_rounds(6, 3, ThresholdPolicy(0.7, detect_at=2, max_knob=6))
     cfg = SimConfig(num_instances=2, model="qwen2.5-7b", kv_capacity_tokens=1024, max_num_seqs=6)
     outcomes = []
     for skip in (False, True):
-        rt = ProgramRuntime(progs, plan)
-        res = simulate(rt.initial_requests(), dataclasses.replace(cfg, skip_quiet_steps=skip),
-                       POLICIES[name], check_every_step=True, programs=rt)  # fmt: skip
-        outcomes.append((_outcome(res), rt.results()))
+        cluster = SimCluster(dataclasses.replace(cfg, skip_quiet_steps=skip), POLICIES[name],
+                             check_every_step=True)  # fmt: skip
+        res, rows = run_recorded_sc(progs, sc, cluster)
+        outcomes.append((_outcome(res), rows))
     assert outcomes[1] == outcomes[0]
 
 

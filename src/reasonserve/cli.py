@@ -56,6 +56,10 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--mode", default="dvr", choices=["dvr", "batch_invariant"],
                        help="dvr: fast path verified and rolled back (default); batch_invariant: every step "
                             "batch-invariant (docs/dvr.md)")  # fmt: skip
+    serve.add_argument("--dvr-window", type=int, default=8,
+                       help="tokens decoded between verify passes of a deterministic request (default 8)")
+    serve.add_argument("--dvr-group-size", type=int, default=4,
+                       help="requests per fixed-shape verify pass (default 4)")  # fmt: skip
     serve.add_argument("--num-blocks", type=int, default=1024, help="KV-cache blocks (default 1024)")
     serve.add_argument("--block-size", type=int, default=16, help="tokens per KV-cache block (default 16)")
     serve.add_argument("--max-num-seqs", type=int, default=32, help="requests in the running batch")
@@ -70,6 +74,7 @@ def _parser() -> argparse.ArgumentParser:
         serve.add_argument(f"--{flag}", type=int, default=default, help=f"{what} (default {default})")
     floats = (("header-timeout-s", 10.0, "seconds to receive a request's headers"),
               ("body-timeout-s", 30.0, "seconds to receive a request's body"),
+              ("send-timeout-s", 30.0, "seconds a reply may stall on a client that does not read it"),
               ("drain-timeout-s", 10.0, "seconds running requests get to finish after SIGTERM"))  # fmt: skip
     for flag, seconds, what in floats:
         serve.add_argument(f"--{flag}", type=float, default=seconds, help=f"{what} (default {seconds})")
@@ -265,7 +270,7 @@ def _grader(kind: str):
 
 def _serve(args) -> int:
     """Serve until SIGTERM (exit 0) or until the engine loop dies (exit 1)."""
-    from reasonserve.engine import Engine, EngineConfig
+    from reasonserve.engine import Engine
 
     try:
         from reasonserve.serve import launch
@@ -276,20 +281,13 @@ def _serve(args) -> int:
         raise ImplementationUnavailableError(hint) from err
 
     tokenizer = launch.load_serving_tokenizer(args.model)
-    eot = args.end_of_thinking_token_id
-    engine_cfg = EngineConfig(mode=args.mode, num_blocks=args.num_blocks, block_size=args.block_size,
-                              max_num_seqs=args.max_num_seqs, max_model_len=args.max_model_len,
-                              max_num_batched_tokens=args.max_num_batched_tokens, seed=args.seed,
-                              policy=args.policy,
-                              eos_token_ids=launch.serving_eos_ids(args.model, tokenizer),
-                              end_of_thinking_token_id=eot if eot is not None else
-                              launch.end_of_thinking_id(args.reasoning_parser, tokenizer))  # fmt: skip
+    engine_cfg = _serve_engine_config(args, tokenizer)
     policy = launch.make_policy(args.policy, args.policy_args)
     cfg = ServeConfig(model_name=args.served_model_name or pathlib.Path(args.model).name,
                       max_tokens_limit=args.max_tokens_limit, max_request_bytes=args.max_request_bytes,
                       max_queued_requests=args.max_queued_requests, max_connections=args.max_connections,
                       header_timeout_s=args.header_timeout_s, body_timeout_s=args.body_timeout_s,
-                      drain_timeout_s=args.drain_timeout_s,
+                      send_timeout_s=args.send_timeout_s, drain_timeout_s=args.drain_timeout_s,
                       chat_template=launch.read_chat_template(args.chat_template),
                       trust_request_chat_template=args.trust_request_chat_template,
                       reasoning_parser=args.reasoning_parser)  # fmt: skip
@@ -311,6 +309,19 @@ def _serve(args) -> int:
                                     device=args.device, dtype=args.dtype)  # fmt: skip
     print(f"reasonserve serve: model {cfg.model_name!r} at http://{args.host}:{args.port}/v1", flush=True)
     return serve(engine, cfg, host=args.host, port=args.port)
+
+
+def _serve_engine_config(args, tokenizer):
+    """The engine configuration ``reasonserve serve`` flags describe."""
+    from reasonserve.engine import EngineConfig
+    from reasonserve.serve import launch
+
+    eot = launch.end_of_thinking_config(args.end_of_thinking_token_id, args.reasoning_parser, tokenizer)
+    return EngineConfig(mode=args.mode, num_blocks=args.num_blocks, block_size=args.block_size,
+                        max_num_seqs=args.max_num_seqs, max_model_len=args.max_model_len,
+                        max_num_batched_tokens=args.max_num_batched_tokens, seed=args.seed,
+                        policy=args.policy, dvr_window=args.dvr_window, dvr_group_size=args.dvr_group_size,
+                        eos_token_ids=launch.serving_eos_ids(args.model, tokenizer), **eot)  # fmt: skip
 
 
 def _first(folder: pathlib.Path, pattern: str) -> str:
@@ -353,10 +364,11 @@ def _run(args) -> int:
     if args.command == "serve":
         return _serve(args)
     if args.command == "sim":
+        from reasonserve.programs.recorded import run_sc_file
         from reasonserve.sim.cli import run_sim
 
         args.data = data_root(args.data)
-        return run_sim(args, sys.stdout)
+        return run_sim(args, sys.stdout, run_sc_file)
     if args.command == "gateway":
         from reasonserve.gateway.cli import run_gateway
 

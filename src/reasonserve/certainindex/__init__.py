@@ -33,6 +33,7 @@ from reasonserve.certainindex.answers import (
 )
 from reasonserve.certainindex.estimators import (
     HESITATION_WORDS,
+    PAPER_THRESHOLDS,
     PRESETS,
     Combined,
     CombinedResult,
@@ -57,6 +58,7 @@ from reasonserve.certainindex.stopping import (
 
 __all__ = [
     "HESITATION_WORDS",
+    "PAPER_THRESHOLDS",
     "PRESETS",
     "AgreeSpanRule",
     "AnswerClasses",

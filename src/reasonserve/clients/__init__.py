@@ -19,6 +19,7 @@ from reasonserve.clients.protocol import (
     GenerateRequest,
     GenerateResult,
     ProbeResult,
+    ProgramProgress,
 )
 from reasonserve.clients.shims import OpenAIShim, SGLangShim, VLLMShim
 
@@ -34,6 +35,7 @@ __all__ = [
     "MalformedResponseError",
     "OpenAIShim",
     "ProbeResult",
+    "ProgramProgress",
     "RequestTimeoutError",
     "SGLangShim",
     "StreamDroppedError",

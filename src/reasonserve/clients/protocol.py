@@ -27,6 +27,7 @@ __all__ = [
     "GenerateRequest",
     "GenerateResult",
     "ProbeResult",
+    "ProgramProgress",
 ]
 
 _INT31 = 2**31 - 1
@@ -182,10 +183,34 @@ class ProbeResult:
 
 
 @dataclass(frozen=True, slots=True)
+class ProgramProgress:
+    """A reasoning program's progress, reported to a host whose scheduler reads it
+    (Dynasor, SPEC 2.1; ``Capabilities.progress``): ``knob`` units of compute done
+    (samples finished), ``max_knob`` its cap (0: unknown), ``certainty`` its certainindex
+    after them (None: not read yet), ``done`` once its allocation denied more."""
+
+    knob: int = 0
+    max_knob: int = 0
+    certainty: float | None = None
+    done: bool = False
+
+    def __post_init__(self) -> None:
+        _int_in("knob", self.knob, 0, _INT63)
+        _int_in("max_knob", self.max_knob, 0, _INT63)
+        c = self.certainty
+        if c is not None and (isinstance(c, bool) or not isinstance(c, (int, float)) or not 0 <= c <= 1):
+            raise InvalidArgumentError(f"certainty must be None or a number in [0, 1], got {c!r}")
+        if not isinstance(self.done, bool):
+            raise InvalidTypeError(f"done must be a bool, got {type(self.done).__name__}")
+
+
+@dataclass(frozen=True, slots=True)
 class Capabilities:
     """What a client (and its host) can do. ``token_ids``: prompts and results as token
     ids; ``priority``: the host orders by priority; ``abort``: a started request can be
-    stopped; ``score``: a reward model is attached."""
+    stopped; ``score``: a reward model is attached; ``progress``: the host's scheduler
+    reads the programs' progress (``report_progress(program_id, ProgramProgress)``; a
+    program's requests are named ``{program_id}/...``)."""
 
     token_ids: bool = False
     logprobs: bool = False
@@ -194,6 +219,7 @@ class Capabilities:
     abort: bool = False
     score: bool = False
     cached_tokens: bool = False
+    progress: bool = False
 
 
 @runtime_checkable

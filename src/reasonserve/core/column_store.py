@@ -32,7 +32,8 @@ class ColumnStore:
 
     def __init__(self, prefix_width: int = PREFIX_WIDTH, capacity: int = 64) -> None:
         _check_width(prefix_width)
-        self.prefix_width, self._n, self._slot = prefix_width, 0, {}
+        self.prefix_width, self._n = prefix_width, 0
+        self._slot: dict[str, int] = {}  # request id -> its row
         self._rows = _Rows(max(1, capacity), prefix_width)
         self._code: dict[str, int] = {}  # program key -> code (codes of emptied programs are reused)
         self._keys: list[str | None] = []
@@ -66,7 +67,9 @@ class ColumnStore:
         code = self._rows.code(slot)
         self._count[code] -= 1
         if self._count[code] == 0:
-            del self._code[self._keys[code]]
+            key = self._keys[code]
+            assert key is not None  # a code with live rows has its key
+            del self._code[key]
             self._keys[code] = None
             self._free.append(code)
         self._rows.kill(slot)
@@ -85,15 +88,15 @@ class ColumnStore:
         floats, ints = (_readonly(take(m).T.copy()) for m in (rows.floats, rows.ints))  # a column a row
         cache: dict = {name: floats[i] for i, name in enumerate(_FLOATS)}
         cache.update({name: ints[i] for i, name in enumerate(_INTS)})
-        codes, keys = cache.pop("program_codes"), self._keys
+        codes, keys = cache.pop("program_codes"), list(self._keys)
         if self._free:  # some codes unused: renumber densely
             used = self._count[: len(keys)] > 0
             codes = _readonly((np.cumsum(used) - 1)[codes])
-            keys = np.fromiter(keys, object, len(keys))[used]
-        cache["program_codes"], cache["program_keys"] = codes, list(keys)
+            keys = np.fromiter(keys, object, len(keys))[used].tolist()
+        cache["program_codes"], cache["program_keys"] = codes, keys
         cache["prefix_heads"] = _readonly(take(rows.heads)) if not cache.pop("bad").any() else None
-        views = rows.views[:n] if idx is None else rows.views[:n][rows.alive[:n]]
-        views = tuple(views.tolist())
+        live = rows.views[:n] if idx is None else rows.views[:n][rows.alive[:n]]
+        views: tuple[RequestView, ...] = tuple(live.tolist())
         ends = (views[0].request_id, views[-1].request_id) if views else None
         return views, QueueColumns(len(views), self.prefix_width, cache, None, ends)
 

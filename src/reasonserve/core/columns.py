@@ -141,7 +141,7 @@ class QueueColumns:
         :class:`InvalidArgumentError` / :class:`InvalidTypeError` on a missing column, a wrong
         length, shape or dtype, or a program code outside ``program_keys``."""
         n = len(program_codes)
-        cache = {"program_keys": list(program_keys)}
+        cache: dict[str, Any] = {"program_keys": list(program_keys)}  # a column or the keys, by name
         for name, dtype in [*NUMERIC.items(), ("program_codes", np.intp), ("prefix_lens", np.intp)]:
             arr = program_codes if name == "program_codes" else prefix_lens if name == "prefix_lens" else None
             cache[name] = _checked(name, columns.get(name) if arr is None else arr, dtype, (n,))
@@ -152,7 +152,7 @@ class QueueColumns:
             raise InvalidArgumentError("program_keys must be distinct and each used by some row")
         width = PREFIX_WIDTH
         if prefix_heads is not None:
-            shape = getattr(prefix_heads, "shape", ())
+            shape: tuple[int, ...] = getattr(prefix_heads, "shape", ())
             if len(shape) != 2 or shape[1] < 1:
                 raise InvalidArgumentError("prefix_heads must be None or an int64 array (n, width >= 1)")
             width = prefix_heads.shape[1]
@@ -168,8 +168,9 @@ class QueueColumns:
         if name not in NUMERIC:
             raise InvalidArgumentError(f"unknown column {name!r}; columns are {sorted(NUMERIC)}")
         if name not in self._cache:
+            assert self._requests is not None  # a host's columns (no objects) are all cached
             try:
-                arr = np.fromiter(map(column_getter(name), self._requests), NUMERIC[name], self.n)
+                arr: np.ndarray = np.fromiter(map(column_getter(name), self._requests), NUMERIC[name], self.n)
             except OverflowError as e:
                 raise InvalidArgumentError(f"{name} of some request does not fit in int64: {e}") from None
             except KeyError as e:
@@ -180,6 +181,7 @@ class QueueColumns:
     @property
     def program_codes(self) -> np.ndarray:
         if "program_codes" not in self._cache:
+            assert self._requests is not None  # a host's columns (no objects) are all cached
             codes, self._cache["program_keys"] = _program_columns(self._requests)
             self._put("program_codes", codes)
         return self._cache["program_codes"]
@@ -210,6 +212,7 @@ class QueueColumns:
 
     def _prefix(self) -> None:
         if "prefix_lens" not in self._cache:
+            assert self._requests is not None  # a host's columns (no objects) are all cached
             lens, heads = _prefix_columns(self._requests, self.prefix_width)
             self._put("prefix_lens", lens)
             self._cache["prefix_heads"] = None if heads is None else _readonly(heads)

@@ -59,6 +59,11 @@ class RequestView(NamedTuple):
     def num_tokens(self) -> int:
         return self.num_prompt_tokens + self.num_output_tokens
 
+    @property
+    def is_deterministic(self) -> bool:
+        """``deterministic`` under LLM-42's name for the per-request flag."""
+        return self.deterministic
+
 
 @dataclass(frozen=True, slots=True)
 class ProgramView:

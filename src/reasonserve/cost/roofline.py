@@ -50,9 +50,10 @@ class RooflineCostModel:
         if isinstance(m, bool) or not isinstance(m, (int, float)) or m < 0:
             raise InvalidArgumentError(f"migration_s_per_2048_tokens must be >= 0, got {m!r}")
 
-    def step_s(self, chunks: Sequence[tuple[int, int]]) -> float:
+    def step_s(self, chunks: Sequence[tuple[float, float]]) -> float:
         """Seconds for one step; ``chunks``: (tokens computed, context before them) per sequence
-        (a decode is ``(1, context)``). An empty step costs nothing."""
+        (a decode is ``(1, context)``; expected counts may be fractional, as FlashTTS's KV
+        planner's are). An empty step costs nothing."""
         if not chunks:
             return 0.0
         m = self.model
@@ -105,7 +106,7 @@ class RooflineCostModel:
             return False
         return flops < 2**53 and kv * (context + batch) < 2**53
 
-    def swap_s(self, num_tokens: int) -> float:
+    def swap_s(self, num_tokens: float) -> float:
         """Copying ``num_tokens`` tokens of KV over the host link (one direction)."""
         return num_tokens * self.model.kv_bytes_per_token / self.hardware.host_link_bytes_s
 

@@ -103,7 +103,9 @@ class Engine:
 
         ``committed_output``: output tokens this request already committed elsewhere (a
         migration): they count as final output and are re-prefilled here (their KV is
-        recomputed, not copied); sampling goes on at the next position with the same seed."""
+        recomputed, not copied); sampling goes on at the next position with the same seed.
+        With ``params.logprobs`` their logprobs entries are None (they were sampled, and
+        their logprobs reported, where they were committed)."""
         params = params if params is not None else SamplingParams()
         if isinstance(prompt, str):
             if self.tokenizer is None:
@@ -123,12 +125,10 @@ class Engine:
             raise InvalidArgumentError(f"request id {rid!r} is already in use")
         if program_id is not None and not isinstance(program_id, str):
             raise InvalidArgumentError(f"program_id must be a str or None, got {program_id!r}")
-        if params.thinking_token_budget is not None and self.config.end_of_thinking_token_id is None:
+        if params.thinking_token_budget is not None and not self.config.thinking_end_ids:
             raise InvalidArgumentError(
-                "thinking_token_budget needs the engine's end_of_thinking_token_id (the token it forces)"
+                "thinking_token_budget needs the engine's end_of_thinking_token_id(s) (the tokens it forces)"
             )
-        if committed_output and params.logprobs is not None:
-            raise InvalidArgumentError("logprobs cannot be returned for committed_output tokens")
         seed = params.seed if params.seed is not None else self._seeds.getrandbits(63)
         seq = Seq(
             rid,
@@ -136,7 +136,7 @@ class Engine:
             params,
             seed,
             self.clock(),
-            self.config.end_of_thinking_token_id,
+            self.config.thinking_end_ids,
             program_id,
             prefix_hashes(tokens, self.config.block_size),
         )
@@ -165,9 +165,9 @@ class Engine:
         """The output tokens of a live request that are final (what a stream may send)."""
         return list(self._live(request_id).verified_output)
 
-    def verified_logprobs(self, request_id: str, start: int = 0) -> list[TokenLogprobs]:
+    def verified_logprobs(self, request_id: str, start: int = 0) -> list[TokenLogprobs | None]:
         """Logprobs of the final output tokens from index ``start`` (empty unless the
-        request asked for logprobs)."""
+        request asked for logprobs; None for ``committed_output`` tokens)."""
         seq = self._live(request_id)
         return seq.logprobs[start : seq.dvr.verified]
 

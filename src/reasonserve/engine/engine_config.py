@@ -18,6 +18,10 @@ class EngineConfig:
     ``max_num_batched_tokens`` bounds the tokens of one forward pass: decodes take one
     each, prompts are prefilled in chunks that fit (chunked prefill).
     ``end_of_thinking_token_id`` moves a request from REASONING to ANSWERING.
+    ``end_of_thinking_token_ids``: the same when the tokenizer writes the end of thinking
+    as several tokens (a vocabulary without ``</think>`` as one token): the request moves
+    once its output ends with the whole sequence, and a thinking budget forces the whole
+    sequence. Set one of the two; :attr:`thinking_end_ids` is the sequence either way.
     ``eos_token_id`` and ``eos_token_ids`` (a checkpoint may declare several) all end a
     request (unless it sets ``ignore_eos``); :attr:`all_eos_token_ids` is their union.
 
@@ -41,6 +45,7 @@ class EngineConfig:
     eos_token_id: int | None = None
     eos_token_ids: tuple[int, ...] = ()
     end_of_thinking_token_id: int | None = None
+    end_of_thinking_token_ids: tuple[int, ...] = ()
     policy: str = "fcfs"
     seed: int = 0  # seeds for requests that bring none
     mode: str = "dvr"  # "dvr": stock-kernel decode + verify; "batch_invariant": every pass invariant
@@ -65,8 +70,20 @@ class EngineConfig:
         if not all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in ids):
             raise InvalidArgumentError(f"eos token ids must be ints >= 0, got {ids!r}")
         object.__setattr__(self, "eos_token_ids", tuple(self.eos_token_ids))
+        eot = tuple(self.end_of_thinking_token_ids)
+        if not all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in eot):
+            raise InvalidArgumentError(f"end_of_thinking_token_ids must be ints >= 0, got {eot!r}")
+        if eot and self.end_of_thinking_token_id is not None:
+            raise InvalidArgumentError("set end_of_thinking_token_id or end_of_thinking_token_ids, not both")
+        object.__setattr__(self, "end_of_thinking_token_ids", eot)
         if self.max_model_len is not None and self.max_model_len < 2:
             raise InvalidArgumentError(f"max_model_len must be >= 2, got {self.max_model_len}")
+
+    @property
+    def thinking_end_ids(self) -> tuple[int, ...]:
+        """The token ids that end thinking, in order (empty: the engine tracks no phases)."""
+        one = self.end_of_thinking_token_id
+        return (one,) if one is not None else self.end_of_thinking_token_ids
 
     @property
     def all_eos_token_ids(self) -> frozenset[int]:

@@ -28,4 +28,5 @@ class RequestOutput:
     text: str | None = None
     error: str | None = None
     stop_reason: str | None = None
-    logprobs: list[TokenLogprobs] | None = None  # per output token, when SamplingParams.logprobs is set
+    # per output token, when SamplingParams.logprobs is set (None for committed_output tokens)
+    logprobs: list[TokenLogprobs | None] | None = None

@@ -7,7 +7,7 @@ nothing out of range reaches the sampling kernels or the scheduler.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import InitVar, dataclass
 
 from reasonserve.core.errors import InvalidArgumentError
 
@@ -36,7 +36,9 @@ class SamplingParams:
     """``temperature`` 0 is greedy. ``seed`` makes sampling reproducible: the token at
     position ``p`` depends only on (seed, p) and the logits. Without a seed, the engine
     draws one from its own seeded generator. ``deterministic`` asks for bitwise
-    reproducible output whatever the batch (see ``docs/engine.md``).
+    reproducible output whatever the batch (see ``docs/engine.md``); LLM-42's name for
+    the flag, ``is_deterministic``, is accepted as a keyword and read as a property (the
+    two must agree when both are given).
 
     Ranges: ``max_tokens`` 1..2**31-1; ``temperature`` finite, >= 0; ``top_p`` in (0, 1];
     ``top_k`` -1 or 0 (off) or 1..2**31-1; ``min_p`` in [0, 1]; ``seed`` 0..2**63-1;
@@ -58,8 +60,10 @@ class SamplingParams:
     priority: int = 0
     logprobs: int | None = None
     thinking_token_budget: int | None = None
+    is_deterministic: InitVar[bool | None] = None  # LLM-42's spelling of ``deterministic``
 
-    def __post_init__(self) -> None:
+    def __post_init__(self, is_deterministic: bool | None) -> None:
+        _deterministic_alias(self, is_deterministic)
         _int_in("max_tokens", self.max_tokens, 1, _INT31)
         if not _is_real(self.temperature) or self.temperature < 0:
             raise InvalidArgumentError(f"temperature must be finite and >= 0, got {self.temperature!r}")
@@ -91,3 +95,21 @@ class SamplingParams:
     def effective_top_k(self) -> int:
         """``top_k`` for the sampling kernel (0 = off; -1 is the OpenAI spelling of off)."""
         return max(self.top_k, 0)
+
+
+def _deterministic_alias(params: SamplingParams, is_deterministic: bool | None) -> None:
+    """Fold the ``is_deterministic`` keyword into ``deterministic``; a conflict is an error."""
+    if is_deterministic is None:
+        return
+    if not isinstance(is_deterministic, bool):
+        raise InvalidArgumentError(f"is_deterministic must be a bool, got {is_deterministic!r}")
+    if params.deterministic and not is_deterministic:
+        raise InvalidArgumentError("deterministic=True and is_deterministic=False disagree; give one of them")
+    object.__setattr__(params, "deterministic", is_deterministic)
+
+
+# Read access under LLM-42's name. Set after the class is built: inside the class body the
+# property would become the InitVar's default.
+SamplingParams.is_deterministic = property(  # type: ignore[attr-defined]
+    lambda self: self.deterministic, doc="``deterministic`` under LLM-42's name (§4: ``is_deterministic``)."
+)

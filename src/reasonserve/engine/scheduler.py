@@ -199,7 +199,7 @@ class Scheduler:
 def _request_view(s: Sequence, blocks_held: int, blocks_needed: int, quantum_used: int, swapped: bool):
     """The frozen view of one request; the queue decides the blocks and quantum fields."""
     eot, out = s.eot_index, len(s.output)  # answer tokens: after the end of thinking (all without one)
-    answers = out - eot - 1 if eot is not None else 0 if s.end_of_thinking is not None else out
+    answers = out - eot - 1 if eot is not None else 0 if s.end_of_thinking else out
     return RequestView(
         s.request_id, s.arrival_s, s.phase, len(s.prompt), s.num_computed, len(s.output), s.params.priority,
         blocks_held, blocks_needed, s.enqueued_s, quantum_used, s.params.max_tokens, s.program_id,

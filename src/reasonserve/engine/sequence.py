@@ -24,7 +24,10 @@ class RequestMetrics:
     """Latencies of one request (seconds on the engine's clock).
 
     ``ttfat_s`` is SPEC §3's time to first answer token: from the end-of-thinking token
-    to the first token after it (from arrival when no end-of-thinking token is set)."""
+    to the first token after it (from arrival when no end-of-thinking token is set).
+    ``num_verify_passes``, ``num_rollbacks`` and ``num_tokens_rolled_back`` are LLM-42's
+    per-request DVR counters (verification windows, rollbacks, decoded tokens discarded);
+    0 for a request that is not verified."""
 
     arrival_s: float
     first_token_s: float | None = None
@@ -35,6 +38,9 @@ class RequestMetrics:
     num_preemptions: int = 0
     num_cached_tokens: int = 0  # prompt tokens whose KV came from the prefix cache
     num_swaps: int = 0  # preemptions that kept the KV in host memory
+    num_verify_passes: int = 0
+    num_rollbacks: int = 0
+    num_tokens_rolled_back: int = 0
 
     @property
     def ttft_s(self) -> float | None:
@@ -66,7 +72,7 @@ class Sequence:
     params: SamplingParams
     seed: int
     arrival_s: float
-    end_of_thinking: int | None = None
+    end_of_thinking: tuple[int, ...] = ()  # the ids that end thinking, in order (empty: no phases)
     program_id: str | None = None
     prefix_hashes: tuple[int, ...] = ()
     kv_salt: str | None = None  # prefix-cache namespace of the kernels that compute its prompt
@@ -83,8 +89,9 @@ class Sequence:
     num_preemptions: int = 0
     num_swaps: int = 0
     num_cached_tokens: int = 0
-    eot_index: int | None = None  # index in output of the end-of-thinking token
-    logprobs: list[TokenLogprobs] = field(default_factory=list)  # per output token, when asked for
+    eot_index: int | None = None  # index in output of the (last) end-of-thinking token
+    # per output token, when asked for (None: a restored token, its logprobs reported where it was sampled)
+    logprobs: list[TokenLogprobs | None] = field(default_factory=list)
     finished_s: float | None = None
 
     @property
@@ -113,7 +120,7 @@ class Sequence:
             return Phase.FINISHED
         if not self.output:
             return Phase.PREFILL
-        thinking = self.end_of_thinking is not None and self.eot_index is None
+        thinking = bool(self.end_of_thinking) and self.eot_index is None
         return Phase.REASONING if thinking else Phase.ANSWERING
 
     @property
@@ -122,18 +129,22 @@ class Sequence:
         return self.output[: self.dvr.verified]
 
     def forced_token(self, index: int) -> int | None:
-        """The token the thinking budget writes at output ``index`` (no end of thinking
-        before it and at least ``thinking_token_budget`` tokens already), else None.
-        Decode and verify passes both ask, so a forced token is never rolled back."""
-        budget = self.params.thinking_token_budget
-        if budget is None or self.end_of_thinking is None or index < budget:
+        """The token the thinking budget writes at output ``index``, else None: with no end
+        of thinking before ``index``, the end-of-thinking ids go at indices ``budget``,
+        ``budget + 1``, ... (one per id). Decode and verify passes both ask, so a forced
+        token is never rolled back."""
+        budget, eot = self.params.thinking_token_budget, self.end_of_thinking
+        if budget is None or not eot or index < budget:
             return None
-        return self.end_of_thinking if self.eot_index is None or self.eot_index >= index else None
+        if self.eot_index is not None and self.eot_index < index:
+            return None
+        return eot[index - budget] if index - budget < len(eot) else None
 
     def append(self, token: int, now: float, logprobs: TokenLogprobs | None = None) -> None:
-        if token == self.end_of_thinking and self.eot_index is None:
-            self.eot_index = len(self.output)
         self.output.append(token)
+        eot = self.end_of_thinking
+        if self.eot_index is None and eot and token == eot[-1] and tuple(self.output[-len(eot) :]) == eot:
+            self.eot_index = len(self.output) - 1
         self.token_times.append(now)
         if logprobs is not None:
             self.logprobs.append(logprobs)
@@ -143,6 +154,8 @@ class Sequence:
         KV is computed by the next prefill (``num_computed`` stays 0)."""
         for token in committed:
             self.append(token, now)
+        if self.params.logprobs is not None:
+            self.logprobs.extend([None] * len(committed))
         self.dvr.verified = len(committed)
 
     def truncate(self, n: int) -> None:
@@ -153,7 +166,7 @@ class Sequence:
 
     def metrics(self) -> RequestMetrics:
         times, eot = self.token_times, self.eot_index
-        thinking = self.end_of_thinking is not None
+        thinking = bool(self.end_of_thinking)
         if thinking:
             end_s = times[eot] if eot is not None else None
             answer_s = times[eot + 1] if eot is not None and eot + 1 < len(times) else None
@@ -161,4 +174,5 @@ class Sequence:
             end_s, answer_s = None, times[0] if times else None
         return RequestMetrics(self.arrival_s, times[0] if times else None, end_s, answer_s, self.finished_s,
                               len(self.output), self.num_preemptions, self.num_cached_tokens,
-                              self.num_swaps)  # fmt: skip
+                              self.num_swaps, self.dvr.verify_passes, self.dvr.rollbacks,
+                              self.dvr.tokens_rolled_back)  # fmt: skip

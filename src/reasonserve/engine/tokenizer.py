@@ -169,9 +169,10 @@ class IncrementalDecoder:
         text = self._tok.decode(self._ids[self._prefix :])
         end = len(self._ids)
         if not final and (len(text) <= len(done) or text.endswith(_REPLACEMENT)):
-            end = self._settled(done, text)
-            if end is None:
+            settled = self._settled(done, text)
+            if settled is None:
                 return ""
+            end = settled
             text = self._tok.decode(self._ids[self._prefix : end])
         self._prefix, self._read = self._read, end
         return text[len(done) :]

@@ -4,13 +4,15 @@ reasoning program on the upstream (FastAPI).
 Endpoints: ``POST /v1/chat/completions`` and ``POST /v1/completions`` (SSE with
 ``stream: true``), ``GET /v1/models``, ``GET /health`` (the gateway's own liveness: it
 answers without calling the upstream), ``GET /metrics`` (Prometheus). Request schemas
-are published in ``/openapi.json``; errors are in the OpenAI shape; body size and read
-limits are ``reasonserve serve``'s.
+are published in ``/openapi.json``; errors are in the OpenAI shape; body size, read
+and send limits and the cap on requests served at once (``max_connections``, 503
+beyond; ``/health`` and ``/metrics`` exempt) are ``reasonserve serve``'s.
 """
 
 from __future__ import annotations
 
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 from fastapi import FastAPI, Request
@@ -18,6 +20,7 @@ from fastapi.responses import PlainTextResponse
 
 from reasonserve.clients import OpenAIShim, SGLangShim, VLLMShim
 from reasonserve.clients.http import HTTPClient
+from reasonserve.clients.shims import Shim
 from reasonserve.gateway.config import GatewayConfig
 from reasonserve.gateway.metrics import GatewayMetrics
 from reasonserve.gateway.prompts import ChatTemplate
@@ -27,7 +30,7 @@ from reasonserve.gateway.scheduling import ProgramScheduler
 from reasonserve.programs import DEFAULT_PROBE_SUFFIX
 from reasonserve.serve.app import AsciiJSONResponse
 from reasonserve.serve.errors import install_error_handlers
-from reasonserve.serve.limits import BodyLimitMiddleware
+from reasonserve.serve.limits import BodyLimitMiddleware, RequestLimitMiddleware
 from reasonserve.serve.reasoning_parser import get_reasoning_parser
 
 __all__ = ["create_gateway_app", "upstream_client"]
@@ -42,7 +45,7 @@ def upstream_client(cfg: GatewayConfig) -> HTTPClient:
     closing fails with no reply, and a POST cannot be retried safely."""
     limits = httpx.Limits(max_connections=None, max_keepalive_connections=256, keepalive_expiry=2.0)
     transport = httpx.AsyncHTTPTransport(limits=limits)
-    shims = {
+    shims: dict[str, Shim] = {
         "openai": OpenAIShim(model=cfg.upstream_model, extensions=False),
         "reasonserve": OpenAIShim(model=cfg.upstream_model),
         "vllm": VLLMShim(model=cfg.upstream_model),
@@ -67,6 +70,7 @@ def create_gateway_app(cfg: GatewayConfig, http: HTTPClient | None = None) -> Fa
         scheduler=ProgramScheduler(cfg.max_programs, cfg.starvation_bound_s, priorities=cfg.priorities),
         metrics=GatewayMetrics(),
         probe_suffix=cfg.probe_suffix or DEFAULT_PROBE_SUFFIX,
+        planning=ThreadPoolExecutor(max_workers=1, thread_name_prefix="reasonserve-gateway-plan"),
         template=ChatTemplate(cfg.tokenizer) if cfg.tokenizer else None,
     )
     app = FastAPI(title="reasonserve gateway", default_response_class=AsciiJSONResponse)
@@ -107,4 +111,5 @@ def create_gateway_app(cfg: GatewayConfig, http: HTTPClient | None = None) -> Fa
     app.add_middleware(
         BodyLimitMiddleware, max_bytes=lim.max_request_bytes, body_timeout_s=lim.body_timeout_s
     )
+    app.add_middleware(RequestLimitMiddleware, max_requests=lim.max_connections)  # outermost
     return app

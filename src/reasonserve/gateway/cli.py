@@ -16,6 +16,7 @@ _LIMITS = (
     ("max-connections", int, 1024, "requests served at once (/health exempt); beyond: 503"),
     ("header-timeout-s", float, 10.0, "seconds to receive a request's headers"),
     ("body-timeout-s", float, 30.0, "seconds to receive a request's body"),
+    ("send-timeout-s", float, 30.0, "seconds a reply may stall on a client that does not read it"),
     ("drain-timeout-s", float, 10.0, "seconds running programs get to finish after SIGTERM"),
 )
 

@@ -110,11 +110,13 @@ def _rule(choice) -> tuple[StoppingRule, int, str]:
         return host_default_rule(), choice.probe_interval_tokens, "certified"
     if choice.tolerance >= choice.agreement:
         raise ApiError(400, "early_exit.tolerance must be < agreement", param="early_exit.tolerance")
-    fields = dict(min_tokens=choice.min_tokens, hesitation=choice.hesitation)
+    min_tokens, hesitation = choice.min_tokens, choice.hesitation
     if choice.tolerance:
-        rule: StoppingRule = WindowConsistencyRule(choice.agreement, choice.tolerance, **fields)
+        rule: StoppingRule = WindowConsistencyRule(
+            choice.agreement, choice.tolerance, min_tokens=min_tokens, hesitation=hesitation
+        )
     else:
-        rule = AgreeSpanRule(k_probes=choice.agreement, **fields)
+        rule = AgreeSpanRule(k_probes=choice.agreement, min_tokens=min_tokens, hesitation=hesitation)
     return rule, choice.probe_interval_tokens, "custom"
 
 

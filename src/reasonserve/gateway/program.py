@@ -206,6 +206,7 @@ class ProgramRun:
         o.probe_prompt_tokens_computed = trace.probe_prompt_tokens_computed
         if trace.exit == "early":
             o.exit, o.answer = "early", result.answer
+            assert o.reasoning_tokens is not None  # counted above
             o.tokens_saved = max(0, plan.thinking_budget - o.reasoning_tokens)
             self._emit(result.text[len("".join(self._text)) :])  # the thinking closed, the answer
             return False

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 from reasonserve.clients.errors import ClientError
 from reasonserve.clients.http import HTTPClient
+from reasonserve.serve.chat import checked_template_kwargs
 from reasonserve.serve.errors import ApiError
 
 __all__ = ["ChatTemplate", "Prompt", "chat_prompt", "completion_prompt", "message_dicts"]
@@ -48,12 +49,15 @@ class ChatTemplate:
         continue_final: bool,
         kwargs: Mapping[str, object],
     ) -> str:
-        return self._tok.apply_chat_template(
+        # tokenize=False: the rendered text (transformers' return type has no overload for it);
+        # kwargs are template variables (chat_prompt refused those that would replace the
+        # template or a parameter set here), which transformers takes in **kwargs
+        return self._tok.apply_chat_template(  # type: ignore[return-value]
             messages,
             tokenize=False,
             add_generation_prompt=add_generation_prompt,
             continue_final_message=continue_final,
-            **kwargs,
+            **kwargs,  # type: ignore[arg-type]
         )
 
 
@@ -87,7 +91,7 @@ async def chat_prompt(body, client: HTTPClient, template: ChatTemplate | None, m
             param="continue_final_message",
         )
     messages = message_dicts(body)
-    kwargs = dict(body.chat_template_kwargs or {})
+    kwargs = checked_template_kwargs(body.chat_template_kwargs)
     if template is not None:
         try:
             text = await asyncio.to_thread(

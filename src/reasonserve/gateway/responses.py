@@ -34,7 +34,7 @@ def usage(o: Outcome) -> dict:
 
 
 def program_info(plan: ProgramPlan, o: Outcome) -> dict:
-    info = {
+    info: dict[str, object] = {
         "program": o.program,
         "early_exit": plan.early_exit,
         "exit": o.exit,

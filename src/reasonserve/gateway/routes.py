@@ -1,19 +1,25 @@
 """The generation endpoints: a request in, its program run, the response out.
 
 Parse (strict, 400 naming the field) -> plan -> prompt -> admission (429) -> program.
+Parsing runs on the app's one planning thread, as in ``reasonserve serve``: a burst of
+large bodies costs the event loop at most one parse at a time, so ``/health`` and live
+streams stay responsive.
 A streamed response opens only once the program has produced its first text (or
 ended), so an upstream that fails before that gets a clean 502/504; a failure later
 ends the stream with an error event in the OpenAI shape. A non-streamed request races
-its program against the client's disconnect. Whenever a request ends -- finished,
-failed, or the client gone -- :meth:`ProgramRun.close` cancels its program, which
-aborts every upstream request it still has running.
+its program against the client's disconnect, and a streamed one its first text.
+Whenever a request ends -- finished, failed, or the client gone -- its program is
+cancelled (:meth:`ProgramRun.cancel`), which aborts every upstream request it still has
+running.
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
 import uuid
 from collections.abc import AsyncIterator
+from concurrent.futures import Executor
 from dataclasses import dataclass
 
 from fastapi import Request
@@ -26,18 +32,20 @@ from reasonserve.gateway.metrics import GatewayMetrics
 from reasonserve.gateway.options import ProgramPlan, plan_program
 from reasonserve.gateway.program import ProgramRun
 from reasonserve.gateway.prompts import ChatTemplate, Prompt, chat_prompt, completion_prompt
-from reasonserve.gateway.protocol import GatewayChatRequest
+from reasonserve.gateway.protocol import GatewayChatRequest, GatewayCompletionRequest
 from reasonserve.gateway.responses import ResponseShape
 from reasonserve.gateway.scheduling import ProgramScheduler
 from reasonserve.gateway.upstream import ProgramClient
 from reasonserve.programs import Trace
 from reasonserve.serve.errors import ApiError, error_body
-from reasonserve.serve.parsing import parse_body
+from reasonserve.serve.parsing import json_body, parse_body
 from reasonserve.serve.reasoning_parser import ReasoningParser
 from reasonserve.serve.responses import sse
 from reasonserve.serve.routes import race_disconnect
 
 __all__ = ["Gateway"]
+
+_Body = GatewayChatRequest | GatewayCompletionRequest  # a generation endpoint's request
 
 
 @dataclass
@@ -50,9 +58,10 @@ class Gateway:
     scheduler: ProgramScheduler
     metrics: GatewayMetrics
     probe_suffix: str
+    planning: Executor
     template: ChatTemplate | None = None
 
-    async def handle(self, request: Request, model: type, endpoint: str):
+    async def handle(self, request: Request, model: type[_Body], endpoint: str):
         status = 500
         try:
             response = await self._handle(request, model)
@@ -64,8 +73,9 @@ class Gateway:
         finally:
             self.metrics.observe_request(endpoint, status)
 
-    async def _handle(self, request: Request, model: type):
-        body = parse_body(await request.body(), model)
+    async def _handle(self, request: Request, model: type[_Body]):
+        raw = await json_body(request)
+        body = await asyncio.get_running_loop().run_in_executor(self.planning, parse_body, raw, model)
         chat = model is GatewayChatRequest
         plan = plan_program(body, self.cfg, self.parser.end_tag, self.probe_suffix)
         prompt = await self._prompt(body, chat)
@@ -78,7 +88,7 @@ class Gateway:
         )
         run = await self._start(plan, prompt, body)
         if plan.stream:
-            return await self._streamed(run, shape)
+            return await self._streamed(request, run, shape)
         try:
             pieces: list[str] = []
             await race_disconnect(request, _collect(run, pieces))
@@ -148,16 +158,26 @@ class Gateway:
         }
         self.metrics.observe_exit(o.program, o.exit, time.perf_counter() - run.started_s, tokens)
 
-    async def _streamed(self, run: ProgramRun, shape: ResponseShape) -> StreamingResponse:
+    async def _streamed(self, request: Request, run: ProgramRun, shape: ResponseShape) -> StreamingResponse:
+        """The stream, once the program has its first text (or has ended). A client that
+        leaves before then has its program cancelled at once."""
         pieces = run.pieces()
+        first: list[str | None] = []
+
+        async def take_first() -> None:
+            first.append(await anext(pieces, None))
+
         try:
-            first = await anext(pieces, None)
+            await race_disconnect(request, take_first())
+        except ApiError:  # the client left
+            run.cancel()
+            raise
         except Exception as err:  # the program failed before any text: a clean error status
             raise upstream_error(err) from None
         except BaseException:  # the request itself was cancelled
             run.cancel()
             raise
-        return StreamingResponse(self._events(run, shape, first, pieces), media_type="text/event-stream")
+        return StreamingResponse(self._events(run, shape, first[0], pieces), media_type="text/event-stream")
 
     async def _events(
         self, run: ProgramRun, shape: ResponseShape, first: str | None, pieces: AsyncIterator[str]

@@ -19,6 +19,7 @@ import importlib
 import os
 import threading
 import warnings
+from collections.abc import Callable
 
 import torch
 
@@ -39,7 +40,7 @@ _STATE: dict[str, object] = {}
 def _register_fakes() -> None:
     """Shape-only implementations, so ``torch.compile`` / ``torch.export`` trace through."""
     lib = "reasonserve::"
-    fakes = {
+    fakes: dict[str, Callable[..., torch.Tensor]] = {
         # [M, 16 * panels] computed, the first n columns returned (a view).
         "linear_packed": lambda x, panels, n, isa: x.new_empty_strided(
             (x.shape[0], n), (panels.shape[0] * 16, 1)

@@ -91,6 +91,7 @@ def add_rms_norm(
 
         rows, res = x.reshape(-1, x.shape[-1]), residual.reshape(-1, x.shape[-1])
         normed, summed = rms_norm_triton(rows, weight, float(eps), res)
+        assert summed is not None  # given a residual, the kernel returns the sum
         return normed.reshape(x.shape[:-1] + weight.shape), summed.reshape(x.shape)
     summed = x + residual
     return rms_norm(summed, weight, eps, impl=impl), summed

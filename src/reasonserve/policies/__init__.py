@@ -9,9 +9,11 @@ from reasonserve.policies.base import (
     Abort,
     Admit,
     Decision,
+    InstanceView,
     Migrate,
     Order,
     Preempt,
+    ProgramView,
     RequestView,
     SchedulerView,
     SchedulingPolicy,
@@ -29,9 +31,11 @@ from reasonserve.policies.flashtts import (
     TwoPhaseSpeculation,
 )
 from reasonserve.policies.lpm import LPMPolicy
+from reasonserve.policies.pacer import TokenPacer
 from reasonserve.policies.pascal import PascalPolicy
 from reasonserve.policies.priority import PriorityPolicy
 from reasonserve.policies.round_robin import RoundRobinPolicy
+from reasonserve.policies.router import InstanceLoad, LeastKVRouter, PascalRouter, Router
 
 #: Policies by name, for the CLI and configs.
 REGISTRY = {"fcfs": FCFSPolicy, "round_robin": RoundRobinPolicy, "pascal": PascalPolicy,
@@ -42,22 +46,33 @@ __all__ = [
     "REGISTRY",
     "Abort",
     "Admit",
+    "AppFIFOPolicy",
     "Decision",
+    "DynasorPolicy",
     "FCFSPolicy",
+    "InstanceLoad",
+    "InstanceView",
+    "LPMPolicy",
+    "LeastKVRouter",
     "LookaheadVerification",
     "Migrate",
     "Order",
+    "PascalPolicy",
+    "PascalRouter",
     "Preempt",
     "PrefixAwarePolicy",
     "PriorityPolicy",
+    "ProgramView",
     "RequestView",
     "RooflineKVAllocator",
     "RoundRobinPolicy",
+    "Router",
     "SchedulerView",
     "SchedulingPolicy",
     "SelectSpec",
     "Stop",
     "TokenBudget",
+    "TokenPacer",
     "TwoPhaseSpeculation",
     "check_policy",
 ]

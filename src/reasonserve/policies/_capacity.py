@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 
 from reasonserve.core.decisions import Admit, Decision
 from reasonserve.core.views import RequestView, SchedulerView
@@ -12,7 +12,7 @@ __all__ = ["admit_in_order", "growth"]
 
 def admit_in_order(
     view: SchedulerView,
-    candidates: Sequence[RequestView],
+    candidates: Iterable[RequestView],
     free_blocks: int,
     seats: int,
 ) -> list[Decision]:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from functools import cached_property
+from typing import overload
 
 import numpy as np
 
@@ -89,7 +90,7 @@ def _grouped(codes: np.ndarray, num_codes: int) -> np.ndarray:
     return np.argsort(codes.astype(np.uint16), kind="stable")
 
 
-class _Joined(Sequence):
+class _Joined(Sequence[RequestView]):
     """``first + second`` without building it: indexing reads the two tuples (a long waiting
     queue's views are not touched, which a copy does, each one's refcount, in memory order)."""
 
@@ -101,8 +102,15 @@ class _Joined(Sequence):
     def __len__(self) -> int:
         return self._n + len(self._second)
 
-    def __getitem__(self, i: int) -> RequestView:
-        """Entry ``i`` (an int; negative from the end), as ``(first + second)[i]``."""
+    @overload
+    def __getitem__(self, i: int) -> RequestView: ...
+    @overload
+    def __getitem__(self, i: slice) -> tuple[RequestView, ...]: ...
+    def __getitem__(self, i: int | slice) -> RequestView | tuple[RequestView, ...]:
+        """Entry ``i`` (an int; negative from the end) or the entries of a slice, as
+        ``(first + second)[i]``."""
+        if isinstance(i, slice):
+            return tuple(self[j] for j in range(*i.indices(len(self))))
         if i < 0:
             i += len(self)
             if i < 0:
@@ -116,7 +124,8 @@ def _merged(parts: Sequence[QueueColumns]) -> tuple[np.ndarray, list[str]]:
     """Program (codes, keys) of the parts' rows one after another: the last part's codes as
     they are; each earlier (small) part's programs matched to it by key or added."""
     last = parts[-1]
-    keys, all_codes, added = list(last.program_keys), [], {}
+    keys, all_codes = list(last.program_keys), []
+    added: dict[str, int] = {}  # key -> code of a program the last part lacks
     for part in parts[:-1]:
         if len(part) == 0:
             continue

@@ -43,6 +43,8 @@ class TokenPacer:
         host can carry it forward as tokens arrive instead of re-reading them all."""
         tokens = iter(generated_s)
         last = next(tokens, None) if since is None else since
+        if last is None:  # no tokens
+            return None
         tpot = self.tpot_s
         for g in tokens:  # max(g, last + tpot) as max() picks it, without a call per token
             paced = last + tpot

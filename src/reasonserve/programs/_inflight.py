@@ -66,9 +66,10 @@ class InFlight:
         await asyncio.wait({task}, timeout=5.0)
 
 
-async def run_guarded(name: str, body, trace: Trace, flight: InFlight) -> ProgramResult:
+async def run_guarded(name: str, body, trace: Trace, flight: InFlight | None) -> ProgramResult:
     """Run ``body()``; a failure raises ProgramError with the partial trace; every started
-    request still running is aborted on the way out (cancellation included)."""
+    request still running is aborted on the way out (cancellation included). ``flight``
+    None: the program tracks no requests of its own (user programs, ``programs.base``)."""
     try:
         result = await body()
     except asyncio.CancelledError:
@@ -78,6 +79,7 @@ async def run_guarded(name: str, body, trace: Trace, flight: InFlight) -> Progra
         trace.finish("error")
         raise ProgramError(f"{name} failed: {type(err).__name__}: {err}", trace) from err
     finally:
-        await flight.close()
+        if flight is not None:
+            await flight.close()
     trace.finish(trace.exit or "finished")
     return result

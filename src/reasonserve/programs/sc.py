@@ -13,26 +13,39 @@ paper's two rounds (detect@5, then the rest), and ``samples_per_step=max_samples
 policy stops live samples as soon as the certainty passes.
 
 ``program_id`` (optional, per run) names the program's requests ``{program_id}/s{i}``,
-so a host sees them as one program and a simulated run is the same run every time.
+so a host sees them as one program and a simulated run is the same run every time; a
+host that schedules by programs' progress (``Capabilities.progress``, e.g. a
+:class:`~reasonserve.clients.sim.SimClient` on a cluster under Dynasor) is told the knob,
+the certainty and when the program is done, after each change.
+
+With ``scorer`` (``async scorer(prompt, [text]) -> [score]``, e.g. a reward model or
+recorded rewards) each finished sample is scored (a sample that did not finish scores
+NaN, missing) and the certainty is ``reward``'s aggregate of the scores so far
+(:class:`~reasonserve.certainindex.RewardCertainty`: MCTS rollouts' mean, ...) instead
+of the semantic entropy; the answer is still the majority.
 """
 
 from __future__ import annotations
 
 import asyncio
+import math
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
 from reasonserve.certainindex.allocation import EvenPolicy, ProgramStatus
 from reasonserve.certainindex.answers import extract_answer
 from reasonserve.certainindex.answers.equivalence import AnswerClasses
+from reasonserve.certainindex.estimators.reward import RewardCertainty
 from reasonserve.certainindex.estimators.semantic_entropy import SemanticEntropy
-from reasonserve.clients.protocol import EngineClient, GenerateRequest
+from reasonserve.clients.protocol import EngineClient, GenerateRequest, ProgramProgress
 from reasonserve.core.errors import InvalidArgumentError
 from reasonserve.programs._inflight import InFlight, run_guarded
 from reasonserve.programs.trace import ProgramResult, Trace
 
 __all__ = ["SelfConsistency"]
+
+Scorer = Callable[[str | Sequence[int], list[str]], Awaitable[Sequence[float]]]
 
 
 @dataclass(frozen=True)
@@ -51,6 +64,8 @@ class SelfConsistency:
     seed: int | None = None
     priority: int = 0
     stop: tuple[str, ...] = ()
+    scorer: Scorer | None = None  # with it, the certainty is ``reward`` over the samples' scores
+    reward: RewardCertainty = field(default_factory=RewardCertainty)
 
     def __post_init__(self) -> None:
         for name in ("samples_per_step", "max_tokens", "max_samples", "first_step"):
@@ -61,6 +76,10 @@ class SelfConsistency:
                 raise InvalidArgumentError(f"{name} must be an int >= 1, got {value!r}")
         if not callable(getattr(self.policy, "grant", None)):
             raise InvalidArgumentError("policy must have grant(ProgramStatus) -> bool")
+        if self.scorer is not None and not callable(self.scorer):
+            raise InvalidArgumentError(f"scorer must be an async callable or None, got {self.scorer!r}")
+        if not isinstance(self.reward, RewardCertainty):
+            raise InvalidArgumentError(f"reward must be a RewardCertainty, got {self.reward!r}")
         # The sampling settings: checked here, not at the first request.
         GenerateRequest("x", max_tokens=self.max_tokens, temperature=self.temperature, top_p=self.top_p,
                         seed=self.seed, priority=self.priority, stop=self.stop)  # fmt: skip
@@ -75,12 +94,14 @@ class SelfConsistency:
                                  flight)  # fmt: skip
 
     async def _loop(self, flight: InFlight, prompt, program_id: str | None) -> ProgramResult:
-        trace, vote = flight.trace, _Vote()
+        trace, vote, rewards = flight.trace, _Vote(), []
         finished: asyncio.Queue[asyncio.Task] = asyncio.Queue()  # in the order they finish
-        live: set[asyncio.Task] = set()
+        live: dict[asyncio.Task, None] = {}  # in the order they were issued
         issued = knob = 0
         grant = self.policy.grant  # type: ignore[attr-defined]
+        report = _reporter(flight.client, program_id, self.max_samples)
         granted = grant(ProgramStatus(0, 0.0, 0))
+        report(0, None, not granted)
         while granted and knob < self.max_samples:
             if not live:  # the next round
                 size = self.samples_per_step if issued or self.first_step is None else self.first_step
@@ -88,7 +109,7 @@ class SelfConsistency:
                     rid = None if program_id is None else f"{program_id}/s{i}"
                     task = flight.generate(self._request(prompt, i, rid))
                     task.add_done_callback(finished.put_nowait)
-                    live.add(task)
+                    live[task] = None
                 issued = max(issued, min(self.max_samples, issued + size))
             try:
                 task = await finished.get()
@@ -98,19 +119,31 @@ class SelfConsistency:
                 if live:
                     await asyncio.wait(live)
                 raise
-            live.discard(task)
+            live.pop(task, None)
             res = task.result()
             n = len(res.token_ids) if res.token_ids is not None else len(res.text.split())
             trace.tokens_generated += n
-            answer = extract_answer(res.text) if res.finish_reason in _ANSWERED else None
+            answered = res.finish_reason in _ANSWERED
+            answer = extract_answer(res.text) if answered else None
             certainty = vote.add(answer, res.text)
+            if self.scorer is not None:
+                rewards.append(await self._score(prompt, res.text) if answered else math.nan)
+                certainty = vote.certainty = self.reward.score(rewards)
             trace.event("sample", tokens=n, answer=answer, certainty=certainty)
             knob += 1
             granted = grant(ProgramStatus(knob, certainty, trace.tokens_generated))
+            report(knob, certainty, not granted or knob >= self.max_samples)
         for task in live:  # denied (or at the cap): the live samples stop now
             await flight.cancel(task)
         trace.exit = "denied" if knob < self.max_samples else "budget"
         return vote.result(trace)
+
+    async def _score(self, prompt, text: str) -> float:
+        scores = list(await self.scorer(prompt, [text]))  # type: ignore[misc]
+        if len(scores) != 1:
+            raise InvalidArgumentError(f"the scorer returned {len(scores)} scores for 1 sample")
+        s = scores[0]
+        return float(s) if isinstance(s, (int, float)) and not isinstance(s, bool) else math.nan
 
     def _request(self, prompt, i: int, request_id: str | None = None) -> GenerateRequest:
         seed = None if self.seed is None else (self.seed + i) % 2**63  # as the engines' seeds
@@ -120,6 +153,17 @@ class SelfConsistency:
 
 
 _ANSWERED = ("stop", "length")  # a sample aborted or failed on the host has no answer
+
+
+def _reporter(client: EngineClient, program_id: str | None, max_knob: int) -> Callable[..., None]:
+    """Tells a host that schedules by progress the program's (a no-op for other hosts)."""
+    if program_id is None or not client.capabilities.progress:
+        return lambda knob, certainty, done: None
+
+    def report(knob: int, certainty: float | None, done: bool) -> None:
+        client.report_progress(program_id, ProgramProgress(knob, max_knob, certainty, done))  # type: ignore[attr-defined]
+
+    return report
 
 
 class _Vote:

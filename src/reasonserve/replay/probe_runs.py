@@ -153,14 +153,17 @@ def _parse_logprobs(row: dict, where: str) -> None:
         if value is None or value.strip() == "":
             row[key] = None
             continue
-        try:
-            parsed = json.loads(value) if key == "answer_logprobs" else float(value)
+        try:  # each parsed, then given the same checks a host's observation gets
+            parsed: tuple[float, ...] | float
             if key == "answer_logprobs":
-                if not isinstance(parsed, list) or not all(isinstance(v, (int, float)) for v in parsed):
+                listed = json.loads(value)
+                if not isinstance(listed, list) or not all(isinstance(v, (int, float)) for v in listed):
                     raise ValueError("expected a JSON list of numbers")
-                parsed = tuple(float(v) for v in parsed)
-            obs = {"answer_logprobs": parsed} if key == "answer_logprobs" else {"think_end_logprob": parsed}
-            ProbeObservation(0, None, **obs)  # the same checks a host's observation gets
+                parsed = tuple(float(v) for v in listed)
+                ProbeObservation(0, None, answer_logprobs=parsed)
+            else:
+                parsed = float(value)
+                ProbeObservation(0, None, think_end_logprob=parsed)
         except (ValueError, RecursionError, InvalidArgumentError) as exc:
             raise InvalidArgumentError(f"{where}: {key}: {exc} (got {value[:80]!r})") from None
         row[key] = parsed
@@ -203,7 +206,7 @@ def _trajectory(
         target=target,
         tokens_used=label["tokens_used"],
         final_class=final_cid,
-        final_correct=bool(final) and grade(final, target),
+        final_correct=bool(final and grade(final, target)),
         recorded_correct=bool(label.get("final_correct")),
         positions=tuple(positions),
         classes=tuple(counted),

@@ -22,7 +22,7 @@ from reasonserve.serve.config import ServeConfig
 from reasonserve.serve.errors import ApiError, AsciiJSONResponse, install_error_handlers
 from reasonserve.serve.limits import BodyLimitMiddleware, RequestLimitMiddleware
 from reasonserve.serve.metrics import ServerMetrics
-from reasonserve.serve.parsing import parse_body
+from reasonserve.serve.parsing import json_body, parse_body
 from reasonserve.serve.protocol import (
     ChatCompletionRequest,
     CompletionRequest,
@@ -40,7 +40,7 @@ __all__ = ["AsciiJSONResponse", "capacity_of", "create_app"]
 def capacity_of(engine) -> Capacity:
     cfg = engine.config
     kv_tokens = cfg.num_blocks * cfg.block_size
-    eot = cfg.end_of_thinking_token_id
+    eot = cfg.thinking_end_ids
     model = getattr(engine, "model", None)  # an Engine; a replica pool's EngineInfo has vocab_size
     vocab = model.cfg.vocab_size if model is not None else getattr(engine, "vocab_size", None)
     return Capacity(engine.tokenizer, engine.max_model_len, kv_tokens, cfg.all_eos_token_ids, eot, vocab)
@@ -92,12 +92,12 @@ def create_app(runner: EngineRunner, config: ServeConfig | None = None) -> FastA
 
     @app.post("/tokenize")
     async def tokenize_route(request: Request):
-        raw = await request.body()
+        raw = await json_body(request)
         return await gen.work(lambda: tokenize(parse_body(raw, TokenizeRequest), gen.cap, cfg))
 
     @app.post("/detokenize")
     async def detokenize_route(request: Request):
-        raw = await request.body()
+        raw = await json_body(request)
         return await gen.work(lambda: detokenize(parse_body(raw, DetokenizeRequest), gen.cap, cfg))
 
     app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]

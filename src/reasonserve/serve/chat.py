@@ -28,11 +28,13 @@ from typing import Any
 from reasonserve.serve.errors import ApiError
 from reasonserve.serve.protocol import ChatMessage
 
-__all__ = ["render_chat", "template_steps"]
+__all__ = ["RESERVED_TEMPLATE_KWARGS", "checked_template_kwargs", "render_chat", "template_steps"]
 
 # Variables the server sets itself: a chat_template_kwargs key may not replace them.
-_RESERVED = {"messages", "tools", "documents", "add_generation_prompt", "continue_final_message",
-             "chat_template", "tokenize", "conversation", "return_dict"}  # fmt: skip
+RESERVED_TEMPLATE_KWARGS = frozenset({
+    "messages", "tools", "documents", "add_generation_prompt", "continue_final_message", "chat_template",
+    "tokenize", "conversation", "return_dict",
+})  # fmt: skip
 
 
 def render_chat(
@@ -71,10 +73,7 @@ def render_chat(
             "this model's tokenizer has no chat template; start the server with --chat-template FILE",
             param="messages",
         )
-    kwargs = dict(template_kwargs or {})
-    reserved = sorted(_RESERVED & set(kwargs))
-    if reserved:
-        raise ApiError(400, f"chat_template_kwargs may not set {reserved}", param="chat_template_kwargs")
+    kwargs = checked_template_kwargs(template_kwargs)
     conversation = [_message(m, i) for i, m in enumerate(messages)]
 
     def render() -> str:
@@ -100,6 +99,16 @@ def render_chat(
             f"the chat template failed on these messages: {type(err).__name__}: {str(err)[:300]}",
             param="chat_template" if request_template is not None else "messages",
         ) from None
+
+
+def checked_template_kwargs(template_kwargs: Mapping[str, Any] | None) -> dict[str, Any]:
+    """A request's ``chat_template_kwargs`` (a copy), the template's variables: a 400 for a
+    key that would set what the server sets itself (:data:`RESERVED_TEMPLATE_KWARGS`)."""
+    kwargs = dict(template_kwargs or {})
+    reserved = sorted(RESERVED_TEMPLATE_KWARGS & set(kwargs))
+    if reserved:
+        raise ApiError(400, f"chat_template_kwargs may not set {reserved}", param="chat_template_kwargs")
+    return kwargs
 
 
 def _message(m: ChatMessage, i: int) -> dict:

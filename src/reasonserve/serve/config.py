@@ -21,6 +21,8 @@ class ServeConfig:
     served at once, ``/health`` and ``/metrics`` excepted (503 beyond, before the body is
     read; ``serve/limits.py``). ``header_timeout_s``/``body_timeout_s``: time a
     client has to send a request's headers / its whole body (slow clients are cut off).
+    ``send_timeout_s``: time a reply may stay stalled because its client does not read it
+    (then the connection is dropped and the request aborted).
     ``keep_alive_s``: idle keep-alive. ``drain_timeout_s``: SIGTERM waits this long for
     in-flight requests, then aborts them and exits. ``chat_template``: the template text
     for chat requests (``--chat-template``; default: the tokenizer's);
@@ -36,6 +38,7 @@ class ServeConfig:
     max_connections: int = 1024
     header_timeout_s: float = 10.0
     body_timeout_s: float = 30.0
+    send_timeout_s: float = 30.0
     keep_alive_s: float = 5.0
     drain_timeout_s: float = 10.0
     chat_template: str | None = None

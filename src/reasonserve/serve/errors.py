@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Mapping
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
@@ -24,6 +25,7 @@ _TYPES = {
     405: "MethodNotAllowedError",
     408: "RequestTimeoutError",
     413: "RequestEntityTooLargeError",
+    415: "UnsupportedMediaTypeError",
     429: "RateLimitError",
     500: "InternalServerError",
     503: "ServiceUnavailableError",
@@ -35,7 +37,7 @@ class ApiError(Exception):
     """A failure with an HTTP status, an OpenAI error type and the parameter it concerns."""
 
     def __init__(
-        self, status: int, message: str, *, param: str | None = None, headers: dict[str, str] | None = None
+        self, status: int, message: str, *, param: str | None = None, headers: Mapping[str, str] | None = None
     ) -> None:
         super().__init__(message)
         self.status, self.message, self.param, self.headers = status, message, param, headers

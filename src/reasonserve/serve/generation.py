@@ -91,7 +91,9 @@ class ChoiceState:
             delta.text += self.text.push([token] if visible else [])
             delta.token_ids.append(token)
             if event.logprobs is not None and i < len(event.logprobs):
-                delta.logprobs.append(event.logprobs[i])
+                entry = event.logprobs[i]
+                assert entry is not None  # only a request resumed from committed tokens has None
+                delta.logprobs.append(entry)
             if self.text.stop_hit is not None:
                 break  # tokens after the one that completed the stop string are not output
         if out is not None or self.text.stop_hit is not None:

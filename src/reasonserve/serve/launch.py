@@ -22,7 +22,14 @@ from reasonserve.engine.config import ModelConfig
 from reasonserve.engine.tokenizer import Tokenizer, load_tokenizer
 from reasonserve.serve.reasoning_parser import get_reasoning_parser, tag_token_ids
 
-__all__ = ["end_of_thinking_id", "make_policy", "read_chat_template", "serving_eos_ids"]
+__all__ = [
+    "end_of_thinking_config",
+    "end_of_thinking_id",
+    "end_of_thinking_ids",
+    "make_policy",
+    "read_chat_template",
+    "serving_eos_ids",
+]
 
 
 def serving_eos_ids(model: str | pathlib.Path, tokenizer: Tokenizer | None) -> tuple[int, ...]:
@@ -47,12 +54,30 @@ def read_chat_template(value: str | None) -> str | None:
     raise InvalidArgumentError(f"--chat-template: no file {value!r} (and it is not a Jinja template)")
 
 
+def end_of_thinking_ids(parser_name: str | None, tokenizer: Tokenizer | None) -> tuple[int, ...]:
+    """The token ids the tokenizer writes the parser's end tag as (one id when its
+    vocabulary has the tag; several when it splits it); empty without a parser."""
+    if parser_name is None or tokenizer is None:
+        return ()
+    return tag_token_ids(tokenizer, get_reasoning_parser(parser_name).end_tag)
+
+
 def end_of_thinking_id(parser_name: str | None, tokenizer: Tokenizer | None) -> int | None:
     """The end tag's token id when the tokenizer writes it as one token, else None."""
-    if parser_name is None or tokenizer is None:
-        return None
-    ids = tag_token_ids(tokenizer, get_reasoning_parser(parser_name).end_tag)
+    ids = end_of_thinking_ids(parser_name, tokenizer)
     return ids[0] if len(ids) == 1 else None
+
+
+def end_of_thinking_config(flag_id: int | None, parser_name: str | None, tokenizer: Tokenizer | None) -> dict:
+    """The :class:`~reasonserve.engine.EngineConfig` fields of the end of thinking:
+    ``--end-of-thinking-token-id`` when given, else the parser's end tag as the tokenizer
+    writes it (one id, or a sequence of ids)."""
+    if flag_id is not None:
+        return {"end_of_thinking_token_id": flag_id}
+    ids = end_of_thinking_ids(parser_name, tokenizer)
+    if len(ids) == 1:
+        return {"end_of_thinking_token_id": ids[0]}
+    return {"end_of_thinking_token_ids": ids}
 
 
 def make_policy(name: str, args: str | None) -> object:

@@ -15,7 +15,12 @@ it (for disconnect detection).
 :func:`timed_h11_protocol` returns uvicorn's h11 protocol with a header-read timeout:
 a connection that starts a request but has not sent the whole header block within
 ``header_timeout_s`` is closed (uvicorn's own keep-alive timer stops at the first byte),
-and so is a new connection that sends nothing within that time.
+and so is a new connection that sends nothing within that time. It also has a send
+timeout: a client that stops reading its reply (a stream it never drains) holds the
+connection's write buffer above uvicorn's high-water mark; if it stays there for
+``send_timeout_s`` the connection is dropped (its buffered bytes discarded), the app
+sees the disconnect, and the request's engine work is aborted. Without it such a
+client would hold a connection, and the reply it does not read, for ever.
 """
 
 from __future__ import annotations
@@ -110,12 +115,14 @@ async def _reply(send, status: int, message: str) -> None:
     await send({"type": "http.response.body", "body": payload})
 
 
-def timed_h11_protocol(header_timeout_s: float):
-    """uvicorn's ``H11Protocol`` plus a header-read deadline, as a class for ``Config(http=...)``."""
+def timed_h11_protocol(header_timeout_s: float, send_timeout_s: float = 30.0):
+    """uvicorn's ``H11Protocol`` plus a header-read deadline and a send-stall deadline, as a
+    class for ``Config(http=...)``."""
     from uvicorn.protocols.http.h11_impl import H11Protocol
 
     class TimedH11Protocol(H11Protocol):
         _header_timer: asyncio.TimerHandle | None = None
+        _send_timer: asyncio.TimerHandle | None = None
 
         def connection_made(self, transport) -> None:  # type: ignore[override]
             super().connection_made(transport)
@@ -131,7 +138,26 @@ def timed_h11_protocol(header_timeout_s: float):
 
         def connection_lost(self, exc: Exception | None) -> None:
             self._cancel_header_timer()
+            self._cancel_send_timer()
             super().connection_lost(exc)
+
+        def pause_writing(self) -> None:  # the client is not reading what we send
+            super().pause_writing()
+            if self._send_timer is None:
+                self._send_timer = self.loop.call_later(send_timeout_s, self._reader_too_slow)
+
+        def resume_writing(self) -> None:
+            self._cancel_send_timer()
+            super().resume_writing()
+
+        def _cancel_send_timer(self) -> None:
+            if self._send_timer is not None:
+                self._send_timer.cancel()
+                self._send_timer = None
+
+        def _reader_too_slow(self) -> None:
+            self._send_timer = None
+            self.transport.abort()  # close() would wait to flush to a client that never reads
 
         def _cancel_header_timer(self) -> None:
             if self._header_timer is not None:

@@ -62,7 +62,7 @@ class Histogram:
 
 class ServerMetrics:
     def __init__(self) -> None:
-        self.finished = Counter()  # finished_reason -> requests (choices)
+        self.finished: Counter[str] = Counter()  # finished_reason -> requests (choices)
         self.prompt_tokens = 0
         self.generation_tokens = 0
         self.ttft = Histogram(_P + "time_to_first_token_seconds", "Time to first token (server side).")

@@ -2,7 +2,8 @@
 
 ``json.loads`` failures of every kind are caught: malformed JSON, invalid UTF-8,
 nesting too deep (``RecursionError``), integer literals over Python's digit limit,
-and the non-standard ``NaN``/``Infinity`` literals.
+and the non-standard ``NaN``/``Infinity`` literals. A body declared as another media
+type than JSON is a 415 (vLLM's rule); a body with no content type is read as JSON.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from pydantic import BaseModel, ValidationError
 
 from reasonserve.serve.errors import ApiError
 
-__all__ = ["param_name", "parse_body"]
+__all__ = ["json_body", "param_name", "parse_body"]
 
 Model = TypeVar("Model", bound=BaseModel)
 _TYPE_TAGS = {"str", "int", "float", "bool", "none", "dict", "list"}
@@ -22,6 +23,19 @@ _TYPE_TAGS = {"str", "int", "float", "bool", "none", "dict", "list"}
 
 def _reject_constant(name: str) -> float:
     raise ValueError(f"{name} is not valid JSON")
+
+
+async def json_body(request) -> bytes:
+    """The raw body of a request whose content type is JSON (``application/json`` or a
+    ``+json`` type) or absent; any other type is a 415 before the body is read."""
+    declared = request.headers.get("content-type")
+    if declared is not None:
+        media = declared.split(";", 1)[0].strip().lower()
+        if media != "application/json" and not media.endswith("+json"):
+            raise ApiError(
+                415, f"Unsupported Media Type: only 'application/json' is allowed, got {media[:64]!r}"
+            )
+    return await request.body()
 
 
 def parse_body(raw: bytes, model: type[Model]) -> Model:
@@ -39,7 +53,9 @@ def parse_body(raw: bytes, model: type[Model]) -> Model:
         raise ApiError(400, "request body is nested too deeply") from None
     except ValidationError as err:
         errors = err.errors(include_input=False, include_url=False)
-        first = max(errors, key=lambda e: len(e["loc"]))  # of a union's branches, the one that got furthest
+        # of a union's branches the one that got furthest, and there a broken constraint
+        # (``-1`` is not >= 0) over a type mismatch (``-1`` is not a string)
+        first = max(errors, key=lambda e: (len(e["loc"]), not e["type"].endswith("_type")))
         param = param_name(first["loc"])
         raise ApiError(400, f"{param}: {first['msg']}" if param else first["msg"], param=param) from None
 

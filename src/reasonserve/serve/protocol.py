@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 __all__ = [
     "ChatCompletionRequest",
@@ -80,10 +80,20 @@ class _Sampling(_Strict):
     request_id: str | None = Field(None, min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_.:-]+$")
     return_token_ids: bool = False
     deterministic: bool = False
+    is_deterministic: bool | None = Field(None, description="LLM-42's name for `deterministic`")
     vllm_xargs: dict[str, str | int | float] | None = None
     thinking_token_budget: int | None = Field(
         None, ge=0, le=MAX_INT32, description="reasoning tokens before the end of thinking is forced"
     )
+
+    @model_validator(mode="after")
+    def _fold_is_deterministic(self):
+        """``is_deterministic`` (LLM-42's spelling) sets ``deterministic``; a conflict is a 400."""
+        if self.is_deterministic is not None:
+            if self.deterministic and not self.is_deterministic:
+                raise ValueError("deterministic=true and is_deterministic=false disagree; send one of them")
+            self.deterministic = self.is_deterministic
+        return self
 
 
 class CompletionRequest(_Sampling):

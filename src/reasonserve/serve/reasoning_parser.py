@@ -21,8 +21,10 @@ end of reasoning at ``<tool_call>`` is not recognised (no tool calling here).
 returns a :class:`ReasoningStream` taking text deltas. It holds back at most
 ``len(tag) - 1`` characters that could be the beginning of a tag, so its memory is
 bounded and each delta costs O(its length). :class:`ReasoningTokenCounter` counts the
-reasoning tokens of a stream of token ids by the tags' token ids (exact when a tag is
-one token, as in DeepSeek-R1 and Qwen3 tokenizers; see :func:`tag_token_ids`).
+reasoning tokens of a stream of token ids by the tags' token ids: one id each in
+DeepSeek-R1 and Qwen3 tokenizers; a sequence of ids when the vocabulary splits a tag,
+exact for a model that writes the tokenizer's own split (the split a thinking budget
+forces; see :func:`tag_token_ids`).
 """
 
 from __future__ import annotations

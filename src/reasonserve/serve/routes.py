@@ -27,7 +27,7 @@ from reasonserve.serve.config import ServeConfig
 from reasonserve.serve.errors import ApiError, error_body
 from reasonserve.serve.generation import ChoiceDelta, Generation
 from reasonserve.serve.metrics import ServerMetrics
-from reasonserve.serve.parsing import parse_body
+from reasonserve.serve.parsing import json_body, parse_body
 from reasonserve.serve.responses import final_body, sse, stream_chunk
 from reasonserve.serve.runner import EngineRunner
 from reasonserve.serve.sampling import Capacity, Plan
@@ -51,7 +51,7 @@ class Generator:
         return await asyncio.get_running_loop().run_in_executor(self.planning, fn)
 
     async def handle(self, request: Request, model: type, planner: Callable):
-        raw = await request.body()
+        raw = await json_body(request)
         plan: Plan = await self.work(lambda: self._plan(raw, model, planner))
         gen = Generation(self.runner, plan, self.cap, self.metrics, serial=next(self._ids))
         await gen.start()

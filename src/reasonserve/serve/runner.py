@@ -22,7 +22,7 @@ import contextlib
 import logging
 import threading
 from collections import defaultdict, deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from reasonserve.core.errors import UnknownRequestError
@@ -41,7 +41,9 @@ class Event:
     tokens: list[int]  # new verified tokens
     finished: RequestOutput | None = None
     error: str | None = None  # the request failed (engine error, shutdown)
-    logprobs: list[TokenLogprobs] | None = None  # of ``tokens``, when the request asked
+    # of ``tokens``, when the request asked (None: a token committed elsewhere, of a request
+    # resumed from committed tokens; those tokens were reported where they were sampled)
+    logprobs: Sequence[TokenLogprobs | None] | None = None
     status: int = 500  # HTTP status of ``error``: 503 when the server is shutting down
 
 
@@ -263,7 +265,9 @@ class EngineRunner:
         with contextlib.suppress(UnknownRequestError):  # it finished in the meantime
             self.engine.abort(request_id)
 
-    def _logprobs(self, request_id: str, live: _Live, out: RequestOutput | None) -> list[TokenLogprobs]:
+    def _logprobs(
+        self, request_id: str, live: _Live, out: RequestOutput | None
+    ) -> list[TokenLogprobs | None]:
         if out is not None:
             return list((out.logprobs or [])[live.sent :])
         try:

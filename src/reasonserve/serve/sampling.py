@@ -29,7 +29,7 @@ class Capacity:
     max_model_len: int
     kv_capacity_tokens: int
     eos_token_ids: frozenset[int]
-    end_of_thinking_token_id: int | None = None  # the token a thinking budget forces
+    end_of_thinking_ids: tuple[int, ...] = ()  # the tokens a thinking budget forces (none: no budget)
     vocab_size: int | None = None  # token ids at or above it are refused by /detokenize
 
 
@@ -149,11 +149,11 @@ def _thinking_budget(body, cap: Capacity, cfg: ServeConfig, prompts: list) -> li
     budget = body.thinking_token_budget
     if budget is None:
         return [None] * len(prompts)
-    if cfg.reasoning_parser is None or cap.end_of_thinking_token_id is None:
+    if cfg.reasoning_parser is None or not cap.end_of_thinking_ids:
         raise ApiError(
             400,
-            "thinking_token_budget needs a server started with --reasoning-parser and a tokenizer "
-            "whose end-of-thinking tag is one token",
+            "thinking_token_budget needs a server started with --reasoning-parser (or "
+            "--end-of-thinking-token-id) and a tokenizer",
             param="thinking_token_budget",
         )
     parser = get_reasoning_parser(cfg.reasoning_parser)
@@ -217,6 +217,9 @@ def _prompt_list(prompt) -> list:
 
 def _encode(prompt: str | list[int], cap: Capacity, param: str, add_special_tokens: bool) -> list[int]:
     if not isinstance(prompt, str):
+        vocab, top = cap.vocab_size, max(prompt)
+        if vocab is not None and top >= vocab:
+            raise ApiError(400, f"prompt token id {top} is outside the vocabulary [0, {vocab})", param=param)
         return list(prompt)
     if cap.tokenizer is None:
         raise ApiError(400, "text prompts need a tokenizer; send token ids", param=param)

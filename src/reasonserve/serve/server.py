@@ -34,9 +34,10 @@ def uvicorn_config(app, cfg: ServeConfig, *, host: str, port: int, log_level: st
         host=host,
         port=port,
         log_level=log_level,
-        http=timed_h11_protocol(cfg.header_timeout_s),
-        timeout_keep_alive=cfg.keep_alive_s,
-        timeout_graceful_shutdown=cfg.drain_timeout_s + FLUSH_S,
+        http=timed_h11_protocol(cfg.header_timeout_s, cfg.send_timeout_s),
+        # uvicorn annotates these int; it passes them to loop.call_later / asyncio.wait_for (float s)
+        timeout_keep_alive=cfg.keep_alive_s,  # type: ignore[arg-type]
+        timeout_graceful_shutdown=cfg.drain_timeout_s + FLUSH_S,  # type: ignore[arg-type]
         h11_max_incomplete_event_size=16 * 1024,
         lifespan="off",
     )

@@ -3,7 +3,8 @@ running the same policy objects as the embedded engine.
 
 * :mod:`~reasonserve.sim.cluster`: the event loop, the instances and their quiet stretches;
 * :mod:`~reasonserve.sim.workloads`: requests, Poisson workloads, replayed serving traces;
-* :mod:`~reasonserve.sim.programs`: reasoning programs (self-consistency) on the cluster;
+* :mod:`~reasonserve.sim.programs`: recorded self-consistency workloads and program metrics
+  (the programs themselves run in :mod:`reasonserve.programs.recorded`);
 * :mod:`~reasonserve.sim.beam`: FlashTTS's beam-search serving on one GPU;
 * :mod:`~reasonserve.sim.metrics`, :mod:`~reasonserve.sim.plots`, :mod:`~reasonserve.sim.cli`:
   what a run reports, and ``reasonserve sim``.
@@ -25,14 +26,7 @@ from reasonserve.cost import (  # the cost models the simulator times steps with
 )
 from reasonserve.sim.cluster import SimConfig, SimResult, simulate
 from reasonserve.sim.metrics import percentile, request_metrics, summarize, tail_ttft_by_bin
-from reasonserve.sim.programs import (
-    ProgramPlan,
-    ProgramRuntime,
-    SCProgram,
-    WithPrograms,
-    load_sc_records,
-    sc_program_workload,
-)
+from reasonserve.sim.programs import SCProgram, load_sc_records, sc_program_workload
 from reasonserve.sim.workloads import LengthTable, SimRequest, load_lengths, poisson_workload
 
 __all__ = [
@@ -44,14 +38,11 @@ __all__ = [
     "ProfileCostModel",
     "ProfileRow",
     "ProfileTable",
-    "ProgramPlan",
-    "ProgramRuntime",
     "RooflineCostModel",
     "SCProgram",
     "SimConfig",
     "SimRequest",
     "SimResult",
-    "WithPrograms",
     "fit_profile",
     "load_lengths",
     "load_profile",

@@ -18,7 +18,7 @@ from reasonserve.sim.cluster.config import SimConfig
 from reasonserve.sim.cluster.simulator import simulate
 from reasonserve.sim.metrics import summarize
 from reasonserve.sim.plots import write_png
-from reasonserve.sim.programs.cli import add_program_args, run_programs
+from reasonserve.sim.programs.cli import add_program_args
 from reasonserve.sim.workloads.replayed import TRACE_SOURCES, trace_workload
 from reasonserve.sim.workloads.requests import poisson_workload
 from reasonserve.sim.workloads.servegen import retimed
@@ -196,7 +196,9 @@ def _progress_line(finished: int, known: int) -> None:
           end="", file=sys.stderr, flush=True)  # fmt: skip
 
 
-def run_sim(args: argparse.Namespace, out: TextIO) -> int:
+def run_sim(args: argparse.Namespace, out: TextIO, programs: Callable[..., dict] | None = None) -> int:
+    """``programs(args, config, policy_factory, router)`` runs ``--sc-file`` (the SC
+    programs run above the simulator: :func:`reasonserve.programs.recorded.run_sc_file`)."""
     if args.requests < 1:
         raise InvalidArgumentError(f"--requests must be >= 1, got {args.requests}")
     config = SimConfig(num_instances=args.instances, hardware=args.hardware, model=args.model,
@@ -209,7 +211,9 @@ def run_sim(args: argparse.Namespace, out: TextIO) -> int:
     if args.sc_file is not None:  # SC programs from recorded samples
         if args.png is not None:
             raise InvalidArgumentError("--png plots request workloads; SC programs report JSON only")
-        summary = run_programs(args, config, factory, router)
+        if programs is None:
+            raise InvalidArgumentError("--sc-file needs a program runner (run it as `reasonserve sim`)")
+        summary = programs(args, config, factory, router)
         summary.update(config=repr(config), cost_model=args.cost_model)
     else:
         reqs, source = _workload(args, config)

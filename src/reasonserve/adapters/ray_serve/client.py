@@ -30,10 +30,12 @@ from ray.exceptions import ActorUnavailableError, RayActorError
 
 from reasonserve.adapters.ray_serve.job import Job, ReplicaFailedError
 from reasonserve.core.errors import ReasonserveError
+from reasonserve.engine.logprobs import TokenLogprobs
 
 __all__ = ["Outcome", "PhaseAwareClient", "RequestFailedError"]
 
 _log = logging.getLogger("reasonserve.ray_serve")
+OnTokens = Callable[[list[int], list[TokenLogprobs]], None]
 _REPLICA_GONE = (RayActorError, ActorUnavailableError)
 
 
@@ -47,11 +49,13 @@ class RequestFailedError(ReasonserveError, RuntimeError):
 
 @dataclass
 class Outcome:
-    """One request's committed tokens and where and when they came (ingress clock)."""
+    """One request's committed tokens (and their logprobs, when asked for) and where and
+    when they came (ingress clock)."""
 
     request_id: str
     arrival_s: float
     token_ids: list[int] = field(default_factory=list)
+    logprobs: list[TokenLogprobs] = field(default_factory=list)
     token_times: list[float] = field(default_factory=list)
     finish_reason: str | None = None
     replicas: list[str] = field(default_factory=list)  # every replica that served it, in order
@@ -61,15 +65,17 @@ class Outcome:
     eot_index: int | None = None
     handoff_s: list[float] = field(default_factory=list)  # per migration: asked -> target accepted
 
-    def take(self, event: dict) -> list[int]:
+    def take(self, event: dict) -> tuple[list[int], list[TokenLogprobs]]:
+        """The event's new tokens and their logprobs (empty when not asked for)."""
         if not self.replicas or self.replicas[-1] != event["replica"]:
             self.replicas.append(event["replica"])
-        new = list(event.get("tokens", ()))
+        new, logprobs = list(event.get("tokens", ())), list(event.get("logprobs", ()))
         now = time.monotonic()
         self.token_ids += new
+        self.logprobs += logprobs
         self.token_times += [now] * len(new)
         self.finish_reason = event.get("finish_reason", self.finish_reason)
-        return new
+        return new, logprobs
 
 
 class PhaseAwareClient:
@@ -82,7 +88,10 @@ class PhaseAwareClient:
         self.handle, self.eot = handle, end_of_thinking_token_id
         self.max_retries, self.migrate = max_retries, migrate
 
-    async def run(self, job: Job, on_tokens: Callable[[list[int]], None] | None = None) -> Outcome:
+    async def run(self, job: Job, on_tokens: OnTokens | None = None) -> Outcome:
+        """Serve ``job``; ``on_tokens(tokens, logprobs)`` gets each batch of newly committed
+        tokens but the last ones (they come with the :class:`Outcome`); ``logprobs`` is
+        empty unless the job asked for them."""
         out = Outcome(job.request_id, time.monotonic())
         current = [self._call("generate", job)]
         try:
@@ -115,11 +124,11 @@ class PhaseAwareClient:
                 current[0] = self._resume(job, out, err)
 
     def _take(self, out: Outcome, event: dict, on_tokens) -> None:
-        new = out.take(event)
+        new, logprobs = out.take(event)
         if out.eot_index is None and self.eot is not None and self.eot in new:
             out.eot_index = len(out.token_ids) - len(new) + new.index(self.eot)
         if new and on_tokens is not None and out.finish_reason is None:  # the last ones come with the outcome
-            on_tokens(new)
+            on_tokens(new, logprobs)
 
     async def _transition(self, job: Job, out: Outcome):
         """The answering phase's stream if it moved, else None (it stays, or moving failed)."""

@@ -71,8 +71,6 @@ class PoolRunner:
         if len(self._tasks) + len(requests) > self.max_queued_requests:
             raise ApiError(429, f"too many queued requests (limit {self.max_queued_requests}); retry later",
                            headers={"Retry-After": "1"})  # fmt: skip
-        if any(params.logprobs is not None for _, params, _ in requests):
-            raise ApiError(400, "logprobs are not returned through replicas", param="logprobs")
         for prompt_ids, params, request_id in requests:
             await self.submit(prompt_ids, params, request_id, queue)
 
@@ -95,9 +93,11 @@ class PoolRunner:
     async def _run(self, job: Job, queue: asyncio.Queue) -> None:
         rid, sent = job.request_id, [0]
 
-        def send(tokens: list[int]) -> None:
+        wants = job.params.logprobs is not None
+
+        def send(tokens: list[int], logprobs: list) -> None:
             sent[0] += len(tokens)
-            queue.put_nowait(Event(rid, tokens))
+            queue.put_nowait(Event(rid, tokens, logprobs=logprobs if wants else None))
 
         try:
             out = await self.client.run(job, send)
@@ -106,7 +106,8 @@ class PoolRunner:
                                      num_output_tokens=len(out.token_ids))  # fmt: skip
             done = RequestOutput(rid, list(job.prompt_ids), out.token_ids, out.finish_reason, Phase.FINISHED,
                                  metrics, None, None, None)  # fmt: skip
-            queue.put_nowait(Event(rid, out.token_ids[sent[0] :], done))
+            last = out.logprobs[sent[0] :] if wants else None
+            queue.put_nowait(Event(rid, out.token_ids[sent[0] :], done, logprobs=last))
         except asyncio.CancelledError:
             pass  # aborted: the client stopped listening
         except RequestFailedError as err:

@@ -3,7 +3,9 @@
 
 Events (plain dicts): ``{"replica", "accepted": True}`` once the engine took the
 request; ``{"replica", "tokens"}`` newly committed tokens (a migrated or resumed
-request's earlier tokens are not sent again); ``"finish_reason"`` on the last one;
+request's earlier tokens are not sent again), with ``"logprobs"`` (one
+:class:`~reasonserve.engine.logprobs.TokenLogprobs` per token) when the request asked
+for them; ``"finish_reason"`` on the last one;
 ``{"replica", "error", "status"}`` when the engine rejected or failed the request (not
 retried: the request itself is at fault or the engine said why); ``{"replica", "stay":
 True}`` when Algorithm 2 kept the answering phase where it is. Closing a stream early
@@ -92,12 +94,14 @@ class EngineReplica:
             yield {"replica": self.replica_id, "accepted": True}
             while not done:
                 event = await queue.get()
-                tokens, skip = event.tokens[skip:], max(0, skip - len(event.tokens))
+                cut, skip = skip, max(0, skip - len(event.tokens))  # committed tokens: sent before
                 if event.error is not None:
                     done = True
                     yield {"replica": self.replica_id, "error": event.error, "status": 500}
                     return
-                out: dict[str, object] = {"replica": self.replica_id, "tokens": tokens}
+                out: dict[str, object] = {"replica": self.replica_id, "tokens": event.tokens[cut:]}
+                if event.logprobs is not None:
+                    out["logprobs"] = list(event.logprobs[cut:])
                 if event.finished is not None:
                     done, out["finish_reason"] = True, event.finished.finish_reason
                 yield out

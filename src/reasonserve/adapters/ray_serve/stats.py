@@ -89,7 +89,8 @@ def measure(engine, pacer: TokenPacer, quantum_tokens: int, now_s: float | None 
             start = (eot + 1) if eot is not None else 0
             answered = len(times) - start
             fresh += answered < quantum_tokens
-            if answered > 0 and pacer.starving(pacer.released_until(times[start:]), mono):
+            released = pacer.released_until(times[start:])  # None: no answer tokens yet
+            if released is not None and pacer.starving(released, mono):
                 slo_ok = False
     used = blocks.num_blocks - blocks.num_free
     return ReplicaStats(

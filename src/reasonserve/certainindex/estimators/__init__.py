@@ -7,7 +7,7 @@ length and log-probability baselines, and :class:`Combined` for several at once.
 """
 
 from reasonserve.certainindex.estimators.baselines import length_certainty, logprob_certainty
-from reasonserve.certainindex.estimators.combined import Combined, CombinedResult
+from reasonserve.certainindex.estimators.combined import PAPER_THRESHOLDS, Combined, CombinedResult
 from reasonserve.certainindex.estimators.probe_consistency import (
     HESITATION_WORDS,
     PRESETS,
@@ -26,6 +26,7 @@ from reasonserve.certainindex.estimators.tv_stability import TVStability, tv_pro
 __all__ = [
     "AGGREGATES",
     "HESITATION_WORDS",
+    "PAPER_THRESHOLDS",
     "PRESETS",
     "Combined",
     "CombinedResult",

@@ -69,7 +69,8 @@ class _AgreeSpanState:
         self._gate = ProbeConsistency(hesitation_words=HESITATION_WORDS)
         self._classes = AnswerClasses(max_compared=MAX_COMPARED)
         self._interval = rule.interval_tokens
-        self._last, self._run, self._last_answer, self._last_position = -1, 0, None, -1
+        self._last, self._run, self._last_position = -1, 0, -1
+        self._last_answer: str | None = None
 
     def _window(self, position: int) -> int:
         if self._rule.k_probes:

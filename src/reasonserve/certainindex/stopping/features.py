@@ -112,7 +112,8 @@ class FeatureState:
 
     def __init__(self) -> None:
         self.classes = AnswerClasses(max_compared=MAX_COMPARED)
-        self.current, self.current_answer = -1, None
+        self.current = -1
+        self.current_answer: str | None = None
         self._run_start = self._interval = self._last_position = -1
         self._run, self._answered, self._changes, self._longest_other, self._top = 0, 0, 0, 0, 0
         self._counts: dict[int, int] = {}

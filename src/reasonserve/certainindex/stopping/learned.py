@@ -73,7 +73,7 @@ class LogisticStopRule:
         used = {_SIGNAL_OF[n] for n, w in zip(FEATURE_NAMES, self.weights, strict=True) if w != 0.0}
         return frozenset({"answers"} | used | ({"budget"} if self.budget_exit else set()))
 
-    def score(self, features: Sequence[float]) -> float:
+    def score(self, features: Iterable[float]) -> float:
         z = self.bias + sum(w * (x - m) / s for w, x, m, s in
                             zip(self.weights, features, self.means, self.scales, strict=True))  # fmt: skip
         return 1.0 / (1.0 + math.exp(-z)) if z > -700 else 0.0
@@ -98,7 +98,7 @@ class LogisticStopRule:
 
     def answered_scores(self, programs: Iterable[Sequence[ProbeObservation]]) -> list[float]:
         """The score of every probe that has a current answer, program by program."""
-        scores = []
+        scores: list[float] = []
         for program in programs:
             state = FeatureState()
             for obs in program:

@@ -106,7 +106,9 @@ class RuleState(Protocol):
 class StoppingRule(Protocol):
     """A stopping rule: its name, the signals it reads, and a fresh state per program."""
 
-    name: str
-    requires: frozenset[str]
+    @property
+    def name(self) -> str: ...  # read-only: a rule may be a frozen dataclass
+    @property
+    def requires(self) -> frozenset[str]: ...
 
     def start(self) -> RuleState: ...

@@ -68,7 +68,8 @@ class _WindowState:
         self._estimator = ProbeConsistency(window=rule.window, threshold=rule.threshold)
         self._state = self._estimator.start()
         self._classes = AnswerClasses(max_compared=MAX_COMPARED)
-        self._last, self._last_answer = -1, None
+        self._last = -1
+        self._last_answer: str | None = None
 
     def observe(self, obs: ProbeObservation) -> StopDecision:
         confident = not self._rule.hesitation or self._estimator.is_confident(obs.text[-MAX_TEXT_CHARS:])

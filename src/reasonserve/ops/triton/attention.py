@@ -5,6 +5,7 @@ an online softmax (a single KV split: no split-KV reduction whose shape could de
 on the batch). Loop bounds come from the sequence's own length, so neither the other
 sequences nor the padded cache length change a sequence's bits. Slots past a
 sequence's length are never loaded (masked loads), so garbage there is harmless.
+Batch and head offsets are int64 (a padded cache may pass 2**31 elements).
 """
 
 from __future__ import annotations
@@ -24,8 +25,9 @@ def _attention_kernel(
     BLOCK_D: tl.constexpr, PRECISION: tl.constexpr,
 ):  # fmt: skip
     q_block = tl.program_id(0)
-    b = tl.program_id(1) // Hq
-    h = tl.program_id(1) % Hq
+    # int64: b * skb passes 2**31 elements for a large padded cache (e.g. 3 x 8 x 2**20 x 128)
+    b = (tl.program_id(1) // Hq).to(tl.int64)
+    h = (tl.program_id(1) % Hq).to(tl.int64)
     kv_h = h // group
     length = tl.load(lens_ptr + b)
     rm = q_block * BLOCK_M + tl.arange(0, BLOCK_M)

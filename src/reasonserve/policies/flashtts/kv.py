@@ -47,6 +47,7 @@ from __future__ import annotations
 import bisect
 import math
 from dataclasses import dataclass, replace
+from operator import attrgetter
 
 from reasonserve.core.errors import InvalidArgumentError
 from reasonserve.cost.roofline import RooflineCostModel
@@ -222,9 +223,9 @@ class RooflineKVAllocator:
         if (
             isinstance(memory_bytes, bool)
             or not isinstance(memory_bytes, (int, float))
-            or not memory_bytes > 0
+            or not 0 < memory_bytes < math.inf
         ):
-            raise InvalidArgumentError(f"memory_bytes must be a number > 0, got {memory_bytes!r}")
+            raise InvalidArgumentError(f"memory_bytes must be a finite number > 0, got {memory_bytes!r}")
         _check_int("num_beams", num_beams, 1)
         _check_int("verify_tokens", verify_tokens, 1)
         _check_int("decode_tokens", decode_tokens, 1)
@@ -243,7 +244,7 @@ class RooflineKVAllocator:
             )
         shared_s = shared.total_s if shared else math.inf
         offload_s = offload.total_s if offload else math.inf
-        best = offload if offload_s < shared_s else shared
+        best = min((p for p in (shared, offload) if p is not None), key=attrgetter("total_s"))  # tie: shared
         return KVPlan(best.offload, best.prefill_batch, best.decode_batch, best.verifier_kv_bytes,
                       best.generator_kv_bytes, best.total_s, shared_s, offload_s)  # fmt: skip
 

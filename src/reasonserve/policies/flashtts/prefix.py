@@ -21,6 +21,7 @@ from __future__ import annotations
 from collections.abc import Hashable, Iterator, Sequence
 from dataclasses import dataclass
 from itertools import chain
+from typing import Literal
 
 import numpy as np
 
@@ -156,7 +157,7 @@ def _int_nodes(paths: Sequence[Sequence[Hashable]]) -> np.ndarray | None:
         return None
 
 
-def _int_ranks(flat: np.ndarray, owner: np.ndarray, kind: str | None = None) -> np.ndarray:
+def _int_ranks(flat: np.ndarray, owner: np.ndarray, kind: Literal["stable"] | None = None) -> np.ndarray:
     """:func:`_ranks` of int64 nodes (``flat``) by one numpy sort (of that ``kind``)."""
     by_node = np.argsort(flat, kind=kind)
     node = flat[by_node]

@@ -134,7 +134,8 @@ class Verifier:
 
     def step(self) -> tuple[float, list[VerifyTask]]:
         """One prefill batch from the head of the queue: (seconds, tasks verified)."""
-        chunks, batch = [], []
+        chunks: list[tuple[int, int]] = []
+        batch: list[VerifyTask] = []
         while self.queue and len(batch) < self.max_seqs:
             task = self.queue[0]
             cached, missing = self.cache.missing(task.nodes, self.sizes)

@@ -60,12 +60,11 @@ class BeamSetting:
             self._check_fractions(self.baseline_fractions)
 
     def _check_fractions(self, fractions: object) -> None:
-        ok = (
+        if not (
             isinstance(fractions, tuple)
             and len(fractions) == 2
             and all(isinstance(x, (int, float)) and not isinstance(x, bool) and 0 < x <= 1 for x in fractions)
-        )
-        if not ok or sum(fractions) > self.memory_fraction + 1e-9:
+        ) or sum(fractions) > self.memory_fraction + 1e-9:
             raise InvalidArgumentError(
                 f"setting {self.name!r}: baseline_fractions must be two numbers in (0, 1] summing to at "
                 f"most memory_fraction={self.memory_fraction}, got {fractions!r}"

@@ -147,6 +147,7 @@ class BeamRun:
             self.gen.finish(task)
         for task in finished:  # branches first: a finished step may stop its request's branches
             if task.parent is not None:
+                assert self.spec is not None  # only speculation runs branches
                 self.spec.branch_done(task)
         for task in finished:
             if task.parent is None:

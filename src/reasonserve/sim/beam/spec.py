@@ -85,6 +85,7 @@ class Speculation:
             gen.cache.add(node, task.progress)
             self.nodes[child] = node
         self.progress.setdefault(task.request_id, {})[child] = task.progress
+        assert task.parent is not None  # a branch: it has its parent
         self.used[task.parent].discard(task.branch)
         del self.tasks[child]
 
@@ -142,7 +143,7 @@ class Speculation:
     def _protected(self) -> int:
         """Cached, unpinned tokens of the live iterations' beams (their paths and finished
         steps): the next iteration may need them, so speculation must not count them free."""
-        cache, nodes = self.run.gen.cache, set()
+        cache, nodes = self.run.gen.cache, set[str]()
         for rid in self.candidates:
             for b in self.run.trees[rid].active:
                 nodes.update(b.path)

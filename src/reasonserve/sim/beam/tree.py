@@ -107,7 +107,7 @@ def context_share(trees: list[SearchTree]) -> float:
     for tree in trees:
         sizes = {tree.prompt_node: tree.request.prompt_tokens}
         while tree.active:
-            nodes = set()
+            nodes: set[str] = set()
             for b in tree.active:
                 total += tree.request.prompt_tokens + b.path_tokens
                 nodes.update(b.path)

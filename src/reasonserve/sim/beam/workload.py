@@ -101,7 +101,8 @@ class StepPool:
 def load_step_pool(path: str | pathlib.Path, *, max_problems: int | None = None) -> StepPool:
     """Read a search-and-learn beam-search file; rows whose step split does not match
     their scores raise (nothing is dropped silently)."""
-    trajectories, prompts = [], []
+    trajectories: list[tuple[tuple[int, float], ...]] = []
+    prompts: list[int] = []
     with open(path, encoding="utf-8") as f:
         for line_no, line in enumerate(f, 1):
             if max_problems is not None and len(prompts) >= max_problems:

@@ -9,11 +9,11 @@ from reasonserve.sim.cluster.instance import SimInstance
 from reasonserve.sim.cluster.migration import MigrationRecord
 from reasonserve.sim.cluster.result import SimResult
 from reasonserve.sim.cluster.sequence import SimSequence
-from reasonserve.sim.cluster.simulator import ProgramHost, simulate
+from reasonserve.sim.cluster.simulator import ClusterLoop, simulate
 
 __all__ = [
+    "ClusterLoop",
     "MigrationRecord",
-    "ProgramHost",
     "SimConfig",
     "SimInstance",
     "SimResult",

@@ -5,13 +5,14 @@ order, decodes first, the liveness preemption), so the same policy objects run o
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import replace
 
 from reasonserve.core.errors import PolicyError
 from reasonserve.core.hosting import Plan, check_decisions, hand_out_live
 from reasonserve.core.phase import Phase
 from reasonserve.core.policy import check_policy, policy_name, quiet_without_waiting
-from reasonserve.core.views import RequestView, SchedulerView
+from reasonserve.core.views import ProgramView, RequestView, SchedulerView
 from reasonserve.cost.profile import ProfileCostModel
 from reasonserve.cost.roofline import RooflineCostModel
 from reasonserve.policies.pacer import TokenPacer
@@ -52,6 +53,8 @@ class SimInstance:
         self._waiting_tuple: tuple[RequestView, ...] | None = None  # the queue's views while it holds
         self._waiting_load: tuple[int, int, float | None] | None = None  # see waiting_load
         self.pacer = TokenPacer(config.tpot_slo_s)  # PASCAL's token pacer over each answer
+        # the programs' progress for a view (SchedulerView.programs), where the host reports it
+        self.programs: Callable[[SchedulerView], tuple[ProgramView, ...]] | None = None
         quiet = config.skip_quiet_steps and config.decode_steps_per_event == 1
         self._idle_quiet = quiet and quiet_without_waiting(self.policy)  # see _batch_fits
 
@@ -180,10 +183,12 @@ class SimInstance:
         if waiting is None:
             waiting = self._waiting_tuple = tuple(map(self._waiting_view, self.waiting))
         running = self.request_views(self.running)
-        return SchedulerView(
+        view = SchedulerView(
             now_s, waiting, running, self.free_blocks, c.block_size, c.max_num_seqs, self.total_blocks,
             c.max_num_batched_tokens, self.steps, instance_id=self.instance_id,
         )  # fmt: skip
+        programs = () if self.programs is None else self.programs(view)
+        return replace(view, programs=programs) if programs else view
 
     def load(self, now_s: float, pacer: TokenPacer) -> InstanceLoad:
         """PASCAL's instance state (one pass over the live requests): ``t_i`` is False when

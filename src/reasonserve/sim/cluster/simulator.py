@@ -3,18 +3,19 @@ steps back to back while it has work, and time jumps from event to event (the ea
 arrival or step end). Deterministic: the workload is seeded, ties go to arrivals, then
 to the lowest instance index. A request reaching its end of thinking is placed again by
 the router (PASCAL Algorithm 2); a migration lands after the cost model's transfer time
-(ties: arrivals, then landings, then steps)."""
+(ties: arrivals, then landings, then steps). A driver may run the loop as a generator
+(:meth:`ClusterLoop.run`) that yields whenever requests finished or a wake-up it asked
+for is due, and submit or stop requests at that time (reasoning programs)."""
 
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
-from typing import Protocol
 
 from reasonserve.core.errors import InvalidArgumentError, PolicyError
 from reasonserve.core.phase import Phase
-from reasonserve.core.views import RequestView
+from reasonserve.core.views import ProgramView, RequestView, SchedulerView
 from reasonserve.policies.pacer import TokenPacer
 from reasonserve.policies.router import LeastKVRouter, Router
 from reasonserve.sim.cluster.config import SimConfig
@@ -24,18 +25,7 @@ from reasonserve.sim.cluster.result import SimResult
 from reasonserve.sim.cluster.sequence import SimSequence
 from reasonserve.sim.workloads.requests import SimRequest
 
-__all__ = ["ProgramHost", "SimResult", "simulate"]
-
-
-class ProgramHost(Protocol):
-    """Runs reasoning programs on the cluster (:mod:`reasonserve.sim.programs.runtime`): told which
-    requests finished at ``now_s``, returns the requests its programs issue then (arriving
-    at ``now_s``) and the ids of live requests to stop (an early-stopped program's other
-    samples: their KV is freed at once; one in flight between instances runs on)."""
-
-    def on_finished(
-        self, finished: Sequence[SimSequence], now_s: float
-    ) -> tuple[Sequence[SimRequest], Sequence[str]]: ...
+__all__ = ["ClusterLoop", "SimResult", "simulate"]
 
 
 def _arrival_view(req: SimRequest) -> RequestView:
@@ -63,15 +53,25 @@ def _check_requests(requests: Sequence[SimRequest], config: SimConfig) -> list[S
     return sorted(requests, key=lambda r: (r.arrival_s, r.request_id))
 
 
-class _Loop:
-    """The event loop's state: instances, pending step events, in-flight migrations."""
+class ClusterLoop:
+    """The event loop and its state: instances, pending step events, in-flight migrations.
+    :meth:`run` processes the events; a driver that reacts to finished requests at the
+    same virtual time (``clients.SimClient`` on a cluster: reasoning programs) runs
+    it with ``listen=True`` and submits and stops requests while it is suspended."""
 
-    def __init__(self, config: SimConfig, policy_factory: Callable[[], object], router: Router) -> None:
+    def __init__(
+        self, config: SimConfig, policy_factory: Callable[[], object], router: Router, *,
+        programs: Callable[[SchedulerView], tuple[ProgramView, ...]] | None = None,
+    ) -> None:  # fmt: skip
+        """``programs`` (optional): the programs' progress for a view, handed to every
+        instance's policy as ``SchedulerView.programs``."""
         self.config, self.router = config, router
         self.cost, self.pacer = config.cost_model(), TokenPacer(config.tpot_slo_s)
         self.instances = [
             SimInstance(str(i), config, self.cost, policy_factory()) for i in range(config.num_instances)
         ]
+        for inst in self.instances:
+            inst.programs = programs
         self.index = {inst.instance_id: k for k, inst in enumerate(self.instances)}
         self.events: list[tuple[float, int, int]] = []  # (next step start, index, version)
         self.version = [0] * len(self.instances)  # an event with an older version is stale
@@ -79,8 +79,9 @@ class _Loop:
         self.placements: dict[str, str] = {}
         self.moving = Migrations()
         self.pending: list[tuple[float, str, SimRequest]] = []  # arrivals, a heap
-        self.programs: ProgramHost | None = None
-        self.reported = [0] * len(self.instances)  # finished requests already told to the programs
+        self.wakeups: list[float] = []  # when the driver asked run() to yield, a heap
+        self.now = 0.0  # the time of the latest event (where run() is suspended)
+        self.reported = [0] * len(self.instances)  # finished requests already told to the driver
         self.clock: tuple[float, int] = (-1.0, -1)  # the latest step: time, highest instance index then
 
     def tick(self, now: float, k: int) -> None:
@@ -167,50 +168,59 @@ class _Loop:
         if len(seen) != len(set(seen)):
             raise PolicyError("a request is in two places at once")
 
-    def program_events(self, finished: Sequence[SimSequence], now: float) -> None:
-        """Queue the requests the programs issue at ``now``; stop the ones they cancel."""
-        assert self.programs is not None  # report_finished asks only with programs
-        answer = self.programs.on_finished(finished, now)
-        if not (isinstance(answer, (tuple, list)) and len(answer) == 2):
-            raise PolicyError(f"program host returned {answer!r}; expected (requests, stop ids)")
-        spawned, stops = answer
-        if not isinstance(spawned, (tuple, list)) or not all(isinstance(r, SimRequest) for r in spawned):
-            raise PolicyError(f"program host's requests must be a list of SimRequest, got {spawned!r}")
-        if not isinstance(stops, (tuple, list)) or not all(isinstance(rid, str) for rid in stops):
-            raise PolicyError(f"program host's stop ids must be a list of str, got {stops!r}")
-        for req in spawned:
-            if req.arrival_s != now or req.request_id in self.placements:
-                raise PolicyError(f"program request {req.request_id} must be new and arrive at {now}")
-            _check_requests([req], self.config)
-            heapq.heappush(self.pending, (now, req.request_id, req))
-        for rid in stops:
-            k = next((k for k, inst in enumerate(self.instances) if rid in inst.by_id), None)
-            if k is None:
-                continue
-            self.interrupt(k, now)
-            holder = self.instances[k]
-            if holder.by_id[rid].status in ("waiting", "running"):
-                holder.stop(rid, "stop", now)
+    def unreported(self) -> bool:
+        """Whether a request finished since the last report (:meth:`take_finished`)."""
+        return any(len(inst.finished) > n for inst, n in zip(self.instances, self.reported, strict=True))
 
-    def report_finished(self, now: float) -> None:
-        """Tell the programs (if any) about requests finished since the last report, wherever
-        they finished (a step, a run advanced at an arrival)."""
-        if self.programs is None:
-            return
+    def take_finished(self) -> list[SimSequence]:
+        """The requests finished since the last report, instance by instance, each
+        instance's in the order they finished; they count as reported."""
+        out: list[SimSequence] = []
         for k, inst in enumerate(self.instances):
-            if len(inst.finished) > self.reported[k]:
-                new = inst.finished[self.reported[k] :]
-                self.reported[k] = len(inst.finished)
-                self.program_events(new, now)
+            out += inst.finished[self.reported[k] :]
+            self.reported[k] = len(inst.finished)
+        return out
 
-    def step(self, now: float, k: int, check: bool) -> None:
+    def submit(self, req: SimRequest) -> None:
+        """A request arriving at :attr:`now` (a program's, between two events)."""
+        rid = req.request_id
+        if req.arrival_s != self.now or rid in self.placements or any(e[1] == rid for e in self.pending):
+            raise PolicyError(f"program request {rid} must be new and arrive at {self.now}")
+        _check_requests([req], self.config)
+        heapq.heappush(self.pending, (req.arrival_s, req.request_id, req))
+
+    def stop(self, request_id: str) -> bool:
+        """Stop a live request at :attr:`now`, freeing its KV; one still to arrive is
+        dropped. False when it is not live here (finished, unknown, or in flight between
+        instances: that one runs on)."""
+        now = self.now
+        if any(e[1] == request_id for e in self.pending):
+            self.pending = [e for e in self.pending if e[1] != request_id]
+            heapq.heapify(self.pending)
+            return True
+        k = next((k for k, inst in enumerate(self.instances) if request_id in inst.by_id), None)
+        if k is None:
+            return False
+        self.interrupt(k, now)
+        holder = self.instances[k]
+        if holder.by_id[request_id].status not in ("waiting", "running"):
+            return False
+        holder.stop(request_id, "stop", now)
+        return True
+
+    def wake_at(self, when: float) -> None:
+        """Have :meth:`run` yield at ``when`` (before the arrivals and steps then)."""
+        heapq.heappush(self.wakeups, when)
+
+    def begin_step(self, now: float, k: int) -> None:
         if now > self.config.max_sim_s:
             raise PolicyError(
                 f"simulation passed max_sim_s={self.config.max_sim_s}; a policy is not making progress"
             )
+        self.instances[k].finish_run(now)
+
+    def end_step(self, now: float, k: int, check: bool) -> None:
         inst = self.instances[k]
-        inst.finish_run(now)
-        self.report_finished(now)  # programs react before the next decision
         moved, inst.transitions = inst.transitions, []
         for seq in moved:  # placed before the next decision, so a leaving request is not batched
             self.transition(inst, seq, now)
@@ -221,11 +231,73 @@ class _Loop:
         if inst.has_work and due is not None:
             self.schedule(k, due)
 
+    def has_events(self) -> bool:
+        return bool(self.pending or self.events or len(self.moving) or self.wakeups)
+
+    def run(
+        self, *, check: bool = False, listen: bool = False, progress: Callable[[int, int], None] | None = None
+    ) -> Iterator[float]:
+        """Run the events in time order until none is left. With ``listen``, yields the
+        time (:attr:`now`) whenever requests finished since the last report
+        (:meth:`take_finished`): after a step's run is applied and before its next
+        decision, and after any other event; and at each wake-up (:meth:`wake_at`), before
+        the arrivals of that time. While it is suspended the driver may :meth:`submit` and
+        :meth:`stop` requests at :attr:`now`."""
+        inf, events, steps, wakeups = float("inf"), 0, self.events, self.wakeups
+        now = self.now
+        while self.pending or steps or len(self.moving) or wakeups:
+            events += 1
+            if progress is not None and events % _PROGRESS_EVERY == 0:
+                _report_progress(self, progress)
+            pending = self.pending  # a stop may have rebuilt it
+            t_arrival = pending[0][0] if pending else inf
+            t_step = steps[0][0] if steps else inf
+            t_land = self.moving.next_s()
+            if wakeups and wakeups[0] <= min(t_arrival, t_land, t_step):
+                now = self.now = heapq.heappop(wakeups)
+                while wakeups and wakeups[0] == now:
+                    heapq.heappop(wakeups)
+                yield now
+                continue
+            if t_arrival <= t_land and t_arrival <= t_step:
+                now = t_arrival
+                self.arrive(heapq.heappop(pending)[2], now)
+            elif t_land <= t_step:
+                now = t_land
+                self.land()
+            else:
+                now, k, version = heapq.heappop(steps)
+                if version != self.version[k]:
+                    continue
+                self.tick(now, k)
+                self.begin_step(now, k)
+                if listen and self.unreported():
+                    self.now = now
+                    yield now  # programs react before the next decision
+                self.end_step(now, k, check)
+            if listen and self.unreported():
+                self.now = now
+                yield now
+        self.now = now
+        if progress is not None:
+            _report_progress(self, progress)
+
+    def result(self) -> SimResult:
+        """What the run did; every request must have finished."""
+        instances = self.instances
+        stuck = [s.request_id for inst in instances for s in inst.waiting + inst.running]
+        if stuck:
+            raise PolicyError(f"{len(stuck)} requests never finished (first: {stuck[0]}); the policy stalled")
+        seqs = sorted((s for inst in instances for s in inst.finished), key=lambda s: s.request_id)
+        return SimResult(self.config, instances[0].policy_name, self.router.name, tuple(seqs), self.now,
+                         sum(inst.steps for inst in instances), self.placements,
+                         tuple(self.moving.done))  # fmt: skip
+
 
 _PROGRESS_EVERY = 4096  # loop events between progress reports
 
 
-def _report_progress(loop: _Loop, progress: Callable[[int, int], None]) -> None:
+def _report_progress(loop: ClusterLoop, progress: Callable[[int, int], None]) -> None:
     finished = sum(len(inst.finished) for inst in loop.instances)
     progress(finished, len(loop.placements) + len(loop.pending))
 
@@ -237,45 +309,15 @@ def simulate(
     router: Router | None = None,
     *,
     check_every_step: bool = False,
-    programs: ProgramHost | None = None,
     progress: Callable[[int, int], None] | None = None,
 ) -> SimResult:
     """Run ``requests`` to completion; ``policy_factory()`` makes each instance's policy.
     At each request's reasoning->answering transition ``router.route_transition`` places
-    its answering phase (PASCAL Algorithm 2); moving it costs ``cost.migrate_s``. With
-    ``programs``, requests also arrive and stop as the programs' samples finish.
+    its answering phase (PASCAL Algorithm 2); moving it costs ``cost.migrate_s``.
     ``progress(finished, known)`` is called every few thousand events and at the end
     (``known``: requests placed or still to arrive)."""
-    loop = _Loop(config, policy_factory, router if router is not None else LeastKVRouter())
+    loop = ClusterLoop(config, policy_factory, router if router is not None else LeastKVRouter())
     loop.pending = [(r.arrival_s, r.request_id, r) for r in _check_requests(requests, config)]  # sorted
-    loop.programs = programs
-    now, inf, events = 0.0, float("inf"), 0
-    while loop.pending or loop.events or len(loop.moving):
-        events += 1
-        if progress is not None and events % _PROGRESS_EVERY == 0:
-            _report_progress(loop, progress)
-        t_arrival = loop.pending[0][0] if loop.pending else inf
-        t_step = loop.events[0][0] if loop.events else inf
-        t_land = loop.moving.next_s()
-        if t_arrival <= t_land and t_arrival <= t_step:
-            now = t_arrival
-            loop.arrive(heapq.heappop(loop.pending)[2], now)
-        elif t_land <= t_step:
-            now = t_land
-            loop.land()
-        else:
-            now, k, version = heapq.heappop(loop.events)
-            if version == loop.version[k]:
-                loop.tick(now, k)
-                loop.step(now, k, check_every_step)
-        loop.report_finished(now)
-    if progress is not None:
-        _report_progress(loop, progress)
-    instances = loop.instances
-    stuck = [s.request_id for inst in instances for s in inst.waiting + inst.running]
-    if stuck:
-        raise PolicyError(f"{len(stuck)} requests never finished (first: {stuck[0]}); the policy stalled")
-    seqs = sorted((s for inst in instances for s in inst.finished), key=lambda s: s.request_id)
-    return SimResult(config, instances[0].policy_name, loop.router.name, tuple(seqs), now,
-                     sum(inst.steps for inst in instances), loop.placements,
-                     tuple(loop.moving.done))  # fmt: skip
+    for _ in loop.run(check=check_every_step, progress=progress):
+        pass
+    return loop.result()

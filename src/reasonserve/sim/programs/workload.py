@@ -22,12 +22,37 @@ from dataclasses import dataclass
 
 from reasonserve.core.errors import InvalidArgumentError
 from reasonserve.recordings import SCQuestion, load_mcts, load_prm_beams, load_samples, read_jsonl
-from reasonserve.sim.programs.runtime import SCProgram
 
-__all__ = ["SCRecord", "difficulty", "load_sc_records", "load_search_records", "prefix_hashes",
+__all__ = ["SCProgram", "SCRecord", "difficulty", "load_sc_records", "load_search_records", "prompt_ids",
            "sc_program_workload"]  # fmt: skip
 
 WORDS_TO_TOKENS = 4 / 3
+
+
+@dataclass(frozen=True, slots=True)
+class SCProgram:
+    """One SC program: a recorded question, its samples' output tokens, when it arrives.
+    Its prompt is :attr:`prompt` (``prompt_tokens`` ids, the same for every program of
+    the question)."""
+
+    program_id: str
+    arrival_s: float
+    prompt_tokens: int
+    question: SCQuestion  # answer classes and their correctness, in recorded order
+    sample_tokens: tuple[int, ...]  # output tokens of each recorded sample
+    difficulty: int = 2  # 1 always correct, 2 variable, 3 always wrong (SPEC 2.4)
+
+    def __post_init__(self) -> None:
+        if len(self.sample_tokens) != len(self.question.classes) or not self.sample_tokens:
+            raise InvalidArgumentError(f"program {self.program_id}: one length per recorded sample needed")
+        if min(self.sample_tokens) < 1 or self.prompt_tokens < 1:
+            raise InvalidArgumentError(f"program {self.program_id}: token counts must be >= 1")
+        if self.difficulty not in (1, 2, 3):
+            raise InvalidArgumentError(f"program {self.program_id}: difficulty must be 1, 2 or 3")
+
+    @property
+    def prompt(self) -> tuple[int, ...]:
+        return prompt_ids(self.question.qid, self.prompt_tokens)
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,18 +140,16 @@ def _mcts_lengths(root: pathlib.Path) -> tuple[list[list[int]], list[int]]:
     return lengths, prompts
 
 
-def prefix_hashes(key: str, prompt_tokens: int, block_size: int) -> tuple[int, ...]:
-    """Chained hashes of a prompt's full blocks; programs of one question share them (the
-    prompt is the same), as a prefix cache would see it."""
-    out, h = [], zlib.crc32(key.encode())
-    for i in range(prompt_tokens // block_size):
-        h = zlib.crc32(f"{h}:{i}".encode())
-        out.append(h)
-    return tuple(out)
+def prompt_ids(key: str, prompt_tokens: int) -> tuple[int, ...]:
+    """A stand-in prompt of ``prompt_tokens`` token ids for question ``key``: programs of
+    one question share it (and its prefix blocks, as a prefix cache would see them),
+    programs of two questions differ from their first token on."""
+    base = zlib.crc32(key.encode())
+    return tuple((base + i) % 2**31 for i in range(prompt_tokens))
 
 
 def sc_program_workload(
-    records: list[SCRecord], rate_per_s: float, num_programs: int, seed: int, *, block_size: int = 16
+    records: list[SCRecord], rate_per_s: float, num_programs: int, seed: int
 ) -> list[SCProgram]:
     """``num_programs`` programs arriving as a Poisson process of rate ``rate_per_s``, each
     a question drawn uniformly (with replacement). Questions and unit gaps come from two
@@ -145,6 +168,5 @@ def sc_program_workload(
         t += gaps.expovariate(1.0) / rate_per_s
         rec = records[picks.randrange(len(records))]
         q = rec.question
-        out.append(SCProgram(f"p{i:06d}", t, rec.prompt_tokens, q, rec.sample_tokens, difficulty(q),
-                             prefix_hashes(q.qid, rec.prompt_tokens, block_size)))  # fmt: skip
+        out.append(SCProgram(f"p{i:06d}", t, rec.prompt_tokens, q, rec.sample_tokens, difficulty(q)))
     return out
