@@ -78,7 +78,7 @@ def test_views_count_the_answer_tokens_after_the_end_of_thinking(ckpt, reference
 
 
 def test_pending_tokens_and_rollback_of_the_end_of_thinking():
-    seq = Sequence("r", [1, 2, 3], SamplingParams(), 0, 0.0, end_of_thinking=9)
+    seq = Sequence("r", [1, 2, 3], SamplingParams(), 0, 0.0, end_of_thinking=(9,))
     for t in (4, 9, 6):
         seq.append(t, 0.0)
     seq.num_computed = 4
