@@ -74,9 +74,10 @@ class DVRCounters:
 
 
 def verify_inputs(tokens: Sequence[int], num_prompt: int, state: DVRState) -> tuple[list[int], int]:
-    """Tokens to replay and the position of the first: ``[last verified] + unverified[:-1]``."""
+    """Tokens to replay and the position of the first: ``[last verified] + unverified[:-1]``.
+    InvalidArgumentError when no token is unverified, or none precedes the first."""
     first = num_prompt + state.verified - 1  # position of the last verified token
-    if first < num_prompt - 1 or first >= len(tokens):
+    if first < max(num_prompt - 1, 0) or first >= len(tokens) - 1:
         raise InvalidArgumentError("nothing to verify")
     return list(tokens[first : len(tokens) - 1]), first
 

@@ -44,6 +44,8 @@ def make_question(
     qid: str, answers: list[str | None], rewards: list[float], gold: str, lengths: list[float] | None = None
 ) -> SCQuestion:
     """Group a question's answers by equivalence and grade each group against ``gold``."""
+    if len(rewards) != len(answers):
+        raise InvalidArgumentError(f"question {qid}: {len(rewards)} rewards for {len(answers)} answers")
     classes = group_answers(answers)
     reps = {c: a for c, a in zip(classes, answers, strict=True) if c >= 0}
     correct = tuple(equivalent(reps[c], gold) for c in range(len(reps)))

@@ -1,0 +1,50 @@
+"""The engine scheduler's bookkeeping of turns, read off the views a policy gets: a request
+admitted (again) starts a fresh quantum, and one preempted re-enters the waiting queue at
+the back, its turn taken from the preemption (the engine's clock), not its arrival."""
+
+import pytest
+
+from reasonserve.engine import Engine, EngineConfig, SamplingParams, make_tiny_checkpoint
+from reasonserve.policies import RoundRobinPolicy
+
+
+@pytest.fixture(scope="module")
+def ckpt(tmp_path_factory):
+    return make_tiny_checkpoint(tmp_path_factory.mktemp("sched_rules"), hidden_size=64, intermediate_size=128)
+
+
+class _Recording:
+    """Round-robin, keeping every view it was shown."""
+
+    def __init__(self, quantum: int) -> None:
+        self.inner, self.views = RoundRobinPolicy(quantum=quantum), []
+
+    def decide(self, view):
+        self.views.append(view)
+        return self.inner.decide(view)
+
+
+def test_turns_restart_at_admission_and_at_preemption(ckpt):
+    now = [0.0]
+    policy = _Recording(quantum=3)
+    eng = Engine.from_pretrained(ckpt, EngineConfig(max_num_seqs=1, mode="batch_invariant"), policy=policy,
+                                 clock=lambda: now[0])  # fmt: skip
+    params = SamplingParams(max_tokens=10, temperature=0.0)
+    for prompt in ([1, 2, 3], [4, 5, 6]):
+        eng.add_request(prompt, params)
+    while eng.has_unfinished():
+        now[0] += 1.0
+        eng.step()
+    readmitted = preempted = 0
+    for before, after in zip(policy.views, policy.views[1:], strict=False):
+        was_running = {r.request_id for r in before.running}
+        was_preempted = {r.request_id for r in before.waiting if r.num_output_tokens > 0}
+        for r in after.running:
+            if r.request_id in was_preempted:  # admitted again (its KV swapped back in)
+                readmitted += 1
+                assert r.quantum_used == 1  # one decode since its admission
+        for r in after.waiting:
+            if r.request_id in was_running:
+                preempted += 1
+                assert r.enqueued_s == after.now_s - 1.0 > r.arrival_s  # the step that preempted it
+    assert readmitted > 0 and preempted > 0
