@@ -48,3 +48,19 @@ def test_turns_restart_at_admission_and_at_preemption(ckpt):
                 preempted += 1
                 assert r.enqueued_s == after.now_s - 1.0 > r.arrival_s  # the step that preempted it
     assert readmitted > 0 and preempted > 0
+
+
+def test_a_program_arrives_with_its_first_request(ckpt):
+    """A program's arrival is its earliest member's: programs are ordered by first arrival,
+    so a program that gains a late member keeps its place ahead of one that came between."""
+    now = [0.0]
+    eng = Engine.from_pretrained(ckpt, EngineConfig(mode="batch_invariant"), clock=lambda: now[0])
+    params = SamplingParams(max_tokens=4, temperature=0.0)
+    for t, rid, pid in ((1.0, "p1", "P"), (2.0, "q1", "Q"), (3.0, "p2", "P")):
+        now[0] = t
+        eng.add_request([1, 2, 3], params, request_id=rid, program_id=pid)
+    programs = eng.scheduler.view().programs
+    assert [(p.program_id, p.request_ids, p.arrival_s) for p in programs] == [
+        ("P", ("p1", "p2"), 1.0),
+        ("Q", ("q1",), 2.0),
+    ]
