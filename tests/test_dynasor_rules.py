@@ -3,6 +3,7 @@ remaining work is ``sum over its live requests of max(1, mean - generated)`` plu
 remaining knob times the mean, the mean being its own finished requests' (else everyone's,
 else the prior); a program waiting longer than the starvation bound is escalated."""
 
+from reasonserve.core.decisions import Admit
 from reasonserve.core.phase import Phase
 from reasonserve.core.views import ProgramView, RequestView, SchedulerView
 from reasonserve.policies import DynasorPolicy
@@ -58,3 +59,14 @@ def test_finished_requests_enter_their_programs_history():
     view = SchedulerView(1.0, (preempted,), (_req("c", "q", 6),), 100, 16, 8)
     _, state = policy.step(view, state)  # a finished (30 tokens); b only went back to the queue
     assert state.history == {"p": (1, 30)}
+
+
+def test_an_escalated_program_is_admitted_ahead_of_a_shorter_one():
+    """One free slot, p long (mean 900 tokens) and q short (mean 100): shortest-job-first
+    admits q, until p has waited past the bound (60 s) and is escalated ahead of it."""
+    state = DynasorState(history={"p": (1, 900), "q": (1, 100)})
+    waiting = (RequestView("a", 0.0, Phase.REASONING, 10, 0, 0, program_id="p"),
+               RequestView("b", 5.0, Phase.REASONING, 10, 0, 0, program_id="q"))  # fmt: skip
+    for now, first in ((10.0, "b"), (60.5, "a")):
+        decisions, _ = DynasorPolicy().step(SchedulerView(now, waiting, (), 100, 16, 1), state)
+        assert decisions == [Admit(first)]

@@ -157,7 +157,8 @@ class Scheduler:
             seq.swapped = None
         else:
             seq.block_table, seq.num_computed = self.blocks.allocate_prompt(seq.tokens, seq.kv_salt)
-            seq.num_cached_tokens += seq.num_computed
+            if not seq.num_preemptions:  # the first admission's hits (vLLM's rule): a readmission
+                seq.num_cached_tokens = min(seq.num_computed, len(seq.prompt))  # reuses its own KV
         self._dequeue(seq)
         self.running.append(seq)
         seq.status, seq.quantum_used = "running", 0

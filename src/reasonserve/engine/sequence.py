@@ -36,7 +36,7 @@ class RequestMetrics:
     finished_s: float | None = None
     num_output_tokens: int = 0
     num_preemptions: int = 0
-    num_cached_tokens: int = 0  # prompt tokens whose KV came from the prefix cache
+    num_cached_tokens: int = 0  # prompt tokens whose KV came from the prefix cache (first admission)
     num_swaps: int = 0  # preemptions that kept the KV in host memory
     num_verify_passes: int = 0
     num_rollbacks: int = 0
