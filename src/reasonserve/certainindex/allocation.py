@@ -25,7 +25,8 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from reasonserve.certainindex._validate import check_threshold, check_window
+from reasonserve.certainindex._validate import check_threshold
+from reasonserve.core.checks import check_int
 from reasonserve.core.errors import InvalidArgumentError
 
 __all__ = ["EvenPolicy", "LengthPolicy", "ParetoCapPolicy", "ParetoCurve", "ProgramStatus", "ThresholdPolicy"]
@@ -49,9 +50,9 @@ def _is_check(knob: int, detect_at: int, every: int) -> bool:
 
 
 def _check_schedule(detect_at: int, recheck_every: int, max_knob: int) -> None:
-    check_window("detect_at", detect_at)
-    check_window("recheck_every", recheck_every)
-    check_window("max_knob", max_knob)
+    check_int("detect_at", detect_at, 1)
+    check_int("recheck_every", recheck_every, 1)
+    check_int("max_knob", max_knob, 1)
 
 
 def _certainty(status: ProgramStatus) -> float:
@@ -106,7 +107,7 @@ class ParetoCurve:
         if len(certainties) != len(needed) or not certainties:
             raise InvalidArgumentError("certainties and needed must be non-empty and of one length")
         check_threshold("quantile", quantile)
-        check_window("bins", bins)
+        check_int("bins", bins, 1)
         edges = tuple(i / bins for i in range(bins))
         per_bin: list[list[float]] = [[] for _ in range(bins)]
         for c, n in zip(certainties, needed, strict=True):
@@ -147,7 +148,7 @@ class EvenPolicy:
     cap: int
 
     def __post_init__(self) -> None:
-        check_window("cap", self.cap)
+        check_int("cap", self.cap, 1)
 
     def grant(self, status: ProgramStatus) -> bool:
         return status.knob < self.cap
@@ -160,9 +161,9 @@ class LengthPolicy:
     recheck_every: int = 1
 
     def __post_init__(self) -> None:
-        check_window("max_tokens", self.max_tokens)
-        check_window("detect_at", self.detect_at)
-        check_window("recheck_every", self.recheck_every)
+        check_int("max_tokens", self.max_tokens, 1)
+        check_int("detect_at", self.detect_at, 1)
+        check_int("recheck_every", self.recheck_every, 1)
 
     def grant(self, status: ProgramStatus) -> bool:
         checking = _is_check(status.knob, self.detect_at, self.recheck_every)

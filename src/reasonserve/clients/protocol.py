@@ -18,6 +18,7 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
+from reasonserve.core.checks import check_int_in
 from reasonserve.core.errors import InvalidArgumentError, InvalidTypeError
 
 __all__ = [
@@ -34,11 +35,6 @@ _INT31 = 2**31 - 1
 _INT63 = 2**63 - 1
 FINISH_REASONS = ("stop", "length", "abort", "error")
 _ROLES = ("system", "developer", "user", "assistant")
-
-
-def _int_in(name: str, value, low: int, high: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-        raise InvalidArgumentError(f"{name} must be an int in [{low}, {high}], got {value!r}")
 
 
 def _utf8(name: str, text: str) -> None:
@@ -99,7 +95,7 @@ class GenerateRequest:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "prompt", _check_prompt(self.prompt))
-        _int_in("max_tokens", self.max_tokens, 1, _INT31)
+        check_int_in("max_tokens", self.max_tokens, 1, _INT31)
         checks: tuple = (
             ("temperature", self.temperature, lambda v: v >= 0),
             ("top_p", self.top_p, lambda v: 0 < v <= 1),
@@ -110,14 +106,14 @@ class GenerateRequest:
             if not ok(value):
                 raise InvalidArgumentError(f"{name} out of range: {value!r} (temperature >= 0; top_p (0, 1])")
         if self.seed is not None:
-            _int_in("seed", self.seed, 0, _INT63)
+            check_int_in("seed", self.seed, 0, _INT63)
         if not isinstance(self.stop, (str, Sequence)) or isinstance(self.stop, bytes):
             raise InvalidTypeError(f"stop must be a str or a sequence of str, got {type(self.stop).__name__}")
         stop = (self.stop,) if isinstance(self.stop, str) else tuple(self.stop)
         if any(not isinstance(s, str) or not s for s in stop) or len(stop) > 16:
             raise InvalidArgumentError("stop must be at most 16 non-empty strings")
         object.__setattr__(self, "stop", stop)
-        _int_in("priority", self.priority, -_INT31, _INT31)
+        check_int_in("priority", self.priority, -_INT31, _INT31)
         if self.request_id is not None and (not isinstance(self.request_id, str) or not self.request_id):
             raise InvalidArgumentError(f"request_id must be a non-empty str or None, got {self.request_id!r}")
         if not isinstance(self.extra, Mapping):
@@ -195,8 +191,8 @@ class ProgramProgress:
     done: bool = False
 
     def __post_init__(self) -> None:
-        _int_in("knob", self.knob, 0, _INT63)
-        _int_in("max_knob", self.max_knob, 0, _INT63)
+        check_int_in("knob", self.knob, 0, _INT63)
+        check_int_in("max_knob", self.max_knob, 0, _INT63)
         c = self.certainty
         if c is not None and (isinstance(c, bool) or not isinstance(c, (int, float)) or not 0 <= c <= 1):
             raise InvalidArgumentError(f"certainty must be None or a number in [0, 1], got {c!r}")

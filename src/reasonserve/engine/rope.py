@@ -37,6 +37,7 @@ from dataclasses import dataclass
 
 import torch
 
+from reasonserve.core.checks import check_positive
 from reasonserve.core.errors import InvalidArgumentError
 
 __all__ = ["ROPE_TYPES", "RopeConfig", "parse_rope", "rope_tables"]
@@ -80,14 +81,7 @@ class RopeConfig:
                 f"RoPE type {self.rope_type!r} is not implemented; known: {ROPE_TYPES}"
             )
         for name in ("theta", "factor", "low_freq_factor", "high_freq_factor", "beta_fast", "beta_slow"):
-            value = getattr(self, name)
-            if (
-                isinstance(value, bool)
-                or not isinstance(value, (int, float))
-                or not math.isfinite(value)
-                or value <= 0
-            ):
-                raise InvalidArgumentError(f"RoPE {name} must be a finite number > 0, got {value!r}")
+            check_positive(f"RoPE {name}", getattr(self, name))
         if self.rope_type in ("linear", "dynamic", "llama3", "yarn") and self.factor < 1:
             raise InvalidArgumentError(f"RoPE factor must be >= 1, got {self.factor!r}")
         if self.rope_type == "llama3" and self.high_freq_factor <= self.low_freq_factor:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 from dataclasses import InitVar, dataclass
 
+from reasonserve.core.checks import check_int_in
 from reasonserve.core.errors import InvalidArgumentError
 
 __all__ = ["MAX_LOGPROBS", "SamplingParams"]
@@ -24,11 +25,6 @@ def _is_int(value) -> bool:
 
 def _is_real(value) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-
-
-def _int_in(name: str, value, low: int, high: int) -> None:
-    if not _is_int(value) or not low <= value <= high:
-        raise InvalidArgumentError(f"{name} must be an int in [{low}, {high}], got {value!r}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,7 +60,7 @@ class SamplingParams:
 
     def __post_init__(self, is_deterministic: bool | None) -> None:
         _deterministic_alias(self, is_deterministic)
-        _int_in("max_tokens", self.max_tokens, 1, _INT31)
+        check_int_in("max_tokens", self.max_tokens, 1, _INT31)
         if not _is_real(self.temperature) or self.temperature < 0:
             raise InvalidArgumentError(f"temperature must be finite and >= 0, got {self.temperature!r}")
         if not _is_real(self.top_p) or not 0 < self.top_p <= 1:
@@ -76,20 +72,20 @@ class SamplingParams:
         if not _is_real(self.min_p) or not 0 <= self.min_p <= 1:
             raise InvalidArgumentError(f"min_p must be a number in [0, 1], got {self.min_p!r}")
         if self.seed is not None:
-            _int_in("seed", self.seed, 0, _INT63)
+            check_int_in("seed", self.seed, 0, _INT63)
         for name in ("deterministic", "ignore_eos"):
             if not isinstance(getattr(self, name), bool):
                 raise InvalidArgumentError(f"{name} must be a bool, got {getattr(self, name)!r}")
         if not isinstance(self.stop_token_ids, (tuple, list)):
             raise InvalidArgumentError(f"stop_token_ids must be a tuple of ints, got {self.stop_token_ids!r}")
         for token in self.stop_token_ids:
-            _int_in("stop_token_ids", token, 0, _INT31)
+            check_int_in("stop_token_ids", token, 0, _INT31)
         object.__setattr__(self, "stop_token_ids", tuple(self.stop_token_ids))
-        _int_in("priority", self.priority, -(2**31), _INT31)
+        check_int_in("priority", self.priority, -(2**31), _INT31)
         if self.logprobs is not None:
-            _int_in("logprobs", self.logprobs, 0, MAX_LOGPROBS)
+            check_int_in("logprobs", self.logprobs, 0, MAX_LOGPROBS)
         if self.thinking_token_budget is not None:
-            _int_in("thinking_token_budget", self.thinking_token_budget, 0, _INT31)
+            check_int_in("thinking_token_budget", self.thinking_token_budget, 0, _INT31)
 
     @property
     def effective_top_k(self) -> int:

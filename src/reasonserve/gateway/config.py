@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
 from pydantic import ValidationError
 
+from reasonserve.core.checks import check_positive
 from reasonserve.core.errors import InvalidArgumentError
 from reasonserve.gateway.protocol import EARLY_EXIT_ADAPTER, EarlyExit, SelfConsistencySpec
 from reasonserve.serve.config import ServeConfig
@@ -71,14 +71,7 @@ class GatewayConfig:
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise InvalidArgumentError(f"{name} must be an int >= 1, got {value!r}")
         for name in ("starvation_bound_s", "program_timeout_s", "upstream_timeout_s", "connect_timeout_s"):
-            value = getattr(self, name)
-            if (
-                isinstance(value, bool)
-                or not isinstance(value, (int, float))
-                or not math.isfinite(value)
-                or value <= 0
-            ):
-                raise InvalidArgumentError(f"{name} must be a finite number > 0, got {value!r}")
+            check_positive(name, getattr(self, name))
         budget = self.default_thinking_token_budget
         if budget is not None and (isinstance(budget, bool) or not isinstance(budget, int) or budget < 1):
             raise InvalidArgumentError(f"default_thinking_token_budget must be an int >= 1, got {budget!r}")

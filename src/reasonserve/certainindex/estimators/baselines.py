@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from reasonserve.certainindex._validate import check_positive
+from reasonserve.core.checks import check_positive
 from reasonserve.core.errors import InvalidArgumentError
 
 __all__ = ["length_certainty", "logprob_certainty"]

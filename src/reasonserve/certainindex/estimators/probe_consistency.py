@@ -24,8 +24,9 @@ from dataclasses import dataclass, field
 
 import torch
 
-from reasonserve.certainindex._validate import check_threshold, check_window
+from reasonserve.certainindex._validate import check_threshold
 from reasonserve.certainindex.answers.equivalence import MAX_STEPS, AnswerClasses
+from reasonserve.core.checks import check_int
 from reasonserve.core.errors import InvalidArgumentError
 
 __all__ = ["HESITATION_WORDS", "PRESETS", "ProbeConsistency", "ProbeConsistencyState", "ProbeTracker"]
@@ -57,7 +58,7 @@ class ProbeConsistency:
     hesitation_words: tuple[str, ...] = HESITATION_WORDS
 
     def __post_init__(self) -> None:
-        check_window("window", self.window)
+        check_int("window", self.window, 1)
         check_threshold("threshold", self.threshold)
         if any(not isinstance(w, str) or not w.strip() for w in self.hesitation_words):
             raise InvalidArgumentError("hesitation_words must be non-empty strings")

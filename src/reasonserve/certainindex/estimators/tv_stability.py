@@ -20,7 +20,8 @@ from collections import Counter, deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from reasonserve.certainindex._validate import check_threshold, check_window
+from reasonserve.certainindex._validate import check_threshold
+from reasonserve.core.checks import check_int
 from reasonserve.core.errors import InvalidArgumentError
 
 __all__ = ["TVStability", "tv_probe_bound"]
@@ -39,7 +40,7 @@ class TVStability:
     epsilon: float = 0.2
 
     def __post_init__(self) -> None:
-        check_window("k", self.k)
+        check_int("k", self.k, 1)
         if self.k < 2:
             raise InvalidArgumentError(f"k must be >= 2 (the k-1 mixtures need k-1 >= 1), got {self.k}")
         check_threshold("epsilon", self.epsilon)
@@ -75,7 +76,7 @@ class TVStability:
 
 def tv_probe_bound(num_groups: int, epsilon: float, delta: float = 0.05) -> int:
     """Smallest ``k`` with ``2**M * 4k * exp(-2 (k-1) (epsilon/3)**2) <= delta``."""
-    check_window("num_groups", num_groups)
+    check_int("num_groups", num_groups, 1)
     if not 0 < epsilon <= 1 or not 0 < delta < 1:
         raise InvalidArgumentError("epsilon must lie in (0, 1] and delta in (0, 1)")
     k = 2

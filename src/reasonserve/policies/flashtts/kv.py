@@ -49,6 +49,7 @@ import math
 from dataclasses import dataclass, replace
 from operator import attrgetter
 
+from reasonserve.core.checks import check_int
 from reasonserve.core.errors import InvalidArgumentError
 from reasonserve.cost.roofline import RooflineCostModel
 
@@ -70,11 +71,6 @@ class KVPlan:
     offload_s: float  # T_tot + overhead of the offloading plan (inf if not allowed or infeasible)
 
 
-def _check_int(name: str, value: object, low: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < low:
-        raise InvalidArgumentError(f"{name} must be an int >= {low}, got {value!r}")
-
-
 @dataclass(frozen=True, slots=True)
 class PrefixCachedVerifier:
     """How the verifier's prefix cache changes its work and KV (see the module docstring).
@@ -89,7 +85,7 @@ class PrefixCachedVerifier:
     prefix_share: float = 1.0
 
     def __post_init__(self) -> None:
-        _check_int("new_tokens", self.new_tokens, 1)
+        check_int("new_tokens", self.new_tokens, 1)
         h = self.prefix_share
         if isinstance(h, bool) or not isinstance(h, (int, float)) or not 1 <= h < math.inf:
             raise InvalidArgumentError(f"prefix_share must be a finite number >= 1, got {h!r}")
@@ -226,10 +222,10 @@ class RooflineKVAllocator:
             or not 0 < memory_bytes < math.inf
         ):
             raise InvalidArgumentError(f"memory_bytes must be a finite number > 0, got {memory_bytes!r}")
-        _check_int("num_beams", num_beams, 1)
-        _check_int("verify_tokens", verify_tokens, 1)
-        _check_int("decode_tokens", decode_tokens, 1)
-        _check_int("num_switches", num_switches, 0)
+        check_int("num_beams", num_beams, 1)
+        check_int("verify_tokens", verify_tokens, 1)
+        check_int("decode_tokens", decode_tokens, 1)
+        check_int("num_switches", num_switches, 0)
         pre, ver_tokens = _verifier_stage(self.verifier, num_beams, verify_tokens, verifier_cache)
         dec, gen_tokens = _generator_stage(self.generator, num_beams, verify_tokens, decode_tokens,
                                            generator_prefix_share)  # fmt: skip

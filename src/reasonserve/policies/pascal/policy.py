@@ -39,6 +39,7 @@ from itertools import compress
 from operator import attrgetter
 from typing import ClassVar
 
+from reasonserve.core.checks import check_int
 from reasonserve.core.columns import PHASE_CODES, columns_of
 from reasonserve.core.decisions import Decision
 from reasonserve.core.errors import InvalidArgumentError
@@ -55,11 +56,6 @@ __all__ = ["PascalPolicy"]
 _BY_TURN = attrgetter("enqueued_s", "request_id")  # a request's round-robin turn
 _ANSWERING = Phase.ANSWERING
 _NO_PACE = float("-inf")  # no answer token yet, or no pacer: ranks first in its group
-
-
-def _check_int(name: str, value: object, low: int) -> None:
-    if not isinstance(value, int) or isinstance(value, bool) or value < low:
-        raise InvalidArgumentError(f"{name} must be an int >= {low}, got {value!r}")
 
 
 def _paced(r: RequestView) -> tuple:
@@ -92,8 +88,8 @@ class PascalPolicy:
     quiet_without_waiting: ClassVar[bool] = True  # see reasonserve.core.policy
 
     def __post_init__(self) -> None:
-        _check_int("quantum", self.quantum, 1)
-        _check_int("demote_threshold_tokens", self.demote_threshold_tokens, 0)
+        check_int("quantum", self.quantum, 1)
+        check_int("demote_threshold_tokens", self.demote_threshold_tokens, 0)
         if self.mode not in (None, "recompute", "swap"):
             raise InvalidArgumentError(f"mode must be None, 'recompute' or 'swap', got {self.mode!r}")
         if self.starving_first is not None and not isinstance(self.starving_first, TokenPacer):

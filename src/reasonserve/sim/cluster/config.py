@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from reasonserve.core.checks import check_int
 from reasonserve.core.errors import InvalidArgumentError
 from reasonserve.cost.hardware import HARDWARE
 from reasonserve.cost.model_spec import MODELS
@@ -11,11 +12,6 @@ from reasonserve.cost.profile import ProfileCostModel, ProfileTable
 from reasonserve.cost.roofline import RooflineCostModel
 
 __all__ = ["SimConfig"]
-
-
-def _positive_int(name: str, value: object, low: int = 1) -> None:
-    if not isinstance(value, int) or isinstance(value, bool) or value < low:
-        raise InvalidArgumentError(f"SimConfig.{name} must be an int >= {low}, got {value!r}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,10 +48,10 @@ class SimConfig:
     quantum_tokens: int = 500  # a_i's first quantum (InstanceLoad.num_fresh_answering)
 
     def __post_init__(self) -> None:
-        _positive_int("num_instances", self.num_instances)
+        check_int("SimConfig.num_instances", self.num_instances, 1)
         for name in ("block_size", "max_num_seqs", "max_num_batched_tokens", "decode_steps_per_event",
                      "quantum_tokens"):  # fmt: skip
-            _positive_int(name, getattr(self, name))
+            check_int(f"SimConfig.{name}", getattr(self, name), 1)
         if self.hardware not in HARDWARE:
             raise InvalidArgumentError(
                 f"SimConfig.hardware must be one of {sorted(HARDWARE)}, got {self.hardware!r}"
@@ -69,7 +65,7 @@ class SimConfig:
             got = self.skip_quiet_steps
             raise InvalidArgumentError(f"SimConfig.skip_quiet_steps must be a bool, got {got!r}")
         if self.kv_capacity_tokens is not None:
-            _positive_int("kv_capacity_tokens", self.kv_capacity_tokens, self.block_size)
+            check_int("SimConfig.kv_capacity_tokens", self.kv_capacity_tokens, self.block_size)
         if not 0 < self.gpu_memory_utilization <= 1:
             raise InvalidArgumentError(
                 f"SimConfig.gpu_memory_utilization must be in (0, 1], got {self.gpu_memory_utilization!r}"
