@@ -21,6 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from reasonserve.core.checks import check_int
 from reasonserve.core.errors import InvalidArgumentError
 from reasonserve.engine.rope import RopeConfig, parse_rope
 
@@ -95,9 +96,7 @@ class ModelConfig:
                 f"model_type must be one of {SUPPORTED_MODEL_TYPES}, got {self.model_type!r}"
             )
         for name in _POSITIVE_INTS:
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise InvalidArgumentError(f"{name} must be an int >= 1, got {value!r}")
+            check_int(name, getattr(self, name), 1)
         if self.num_attention_heads % self.num_key_value_heads:
             raise InvalidArgumentError(
                 f"num_attention_heads ({self.num_attention_heads}) must be a multiple of "

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from reasonserve.core.checks import check_int
 from reasonserve.core.errors import InvalidArgumentError
 
 __all__ = ["MODES", "EngineConfig"]
@@ -61,9 +62,7 @@ class EngineConfig:
             raise InvalidArgumentError(f"mode must be one of {MODES}, got {self.mode!r}")
         for name in ("block_size", "num_blocks", "max_num_seqs", "max_num_batched_tokens", "dvr_window",
                      "dvr_group_size"):  # fmt: skip
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise InvalidArgumentError(f"{name} must be an int >= 1, got {value!r}")
+            check_int(name, getattr(self, name), 1)
         if not isinstance(self.cuda_graphs, bool):
             raise InvalidArgumentError(f"cuda_graphs must be a bool, got {self.cuda_graphs!r}")
         ids = ((self.eos_token_id,) if self.eos_token_id is not None else ()) + tuple(self.eos_token_ids)

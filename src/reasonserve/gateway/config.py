@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 from pydantic import ValidationError
 
-from reasonserve.core.checks import check_positive
+from reasonserve.core.checks import check_int, check_positive
 from reasonserve.core.errors import InvalidArgumentError
 from reasonserve.gateway.protocol import EARLY_EXIT_ADAPTER, EarlyExit, SelfConsistencySpec
 from reasonserve.serve.config import ServeConfig
@@ -67,9 +67,7 @@ class GatewayConfig:
         if not isinstance(self.served_model_name, str) or not self.served_model_name:
             raise InvalidArgumentError("served_model_name must be a non-empty str")
         for name in ("probe_tokens", "max_programs"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise InvalidArgumentError(f"{name} must be an int >= 1, got {value!r}")
+            check_int(name, getattr(self, name), 1)
         for name in ("starvation_bound_s", "program_timeout_s", "upstream_timeout_s", "connect_timeout_s"):
             check_positive(name, getattr(self, name))
         budget = self.default_thinking_token_budget

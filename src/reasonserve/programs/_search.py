@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from reasonserve.certainindex.answers import extract_answer
 from reasonserve.clients.errors import UnsupportedError
 from reasonserve.clients.protocol import EngineClient, GenerateRequest
+from reasonserve.core.checks import check_int
 from reasonserve.core.errors import InvalidArgumentError
 from reasonserve.programs._inflight import InFlight
 
@@ -37,9 +38,7 @@ class StepConfig:
 
     def __post_init__(self) -> None:
         for name in ("step_tokens", "max_depth"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise InvalidArgumentError(f"{name} must be an int >= 1, got {value!r}")
+            check_int(name, getattr(self, name), 1)
         delimiter = self.step_delimiter
         if delimiter is not None and (not isinstance(delimiter, str) or not delimiter):
             raise InvalidArgumentError("step_delimiter must be None or a non-empty str")

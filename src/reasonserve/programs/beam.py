@@ -17,7 +17,7 @@ from reasonserve.certainindex.allocation import EvenPolicy, ProgramStatus
 from reasonserve.certainindex.answers import extract_answer
 from reasonserve.certainindex.estimators.reward import RewardCertainty
 from reasonserve.clients.protocol import EngineClient
-from reasonserve.core.errors import InvalidArgumentError
+from reasonserve.core.checks import check_int
 from reasonserve.programs._inflight import InFlight, run_guarded
 from reasonserve.programs._search import Node, Scorer, StepConfig, expand, resolve_scorer, score_nodes
 from reasonserve.programs.trace import ProgramResult, Trace
@@ -36,9 +36,7 @@ class BeamSearchPRM:
 
     def __post_init__(self) -> None:
         for name in ("beam_width", "expansions"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise InvalidArgumentError(f"{name} must be an int >= 1, got {value!r}")
+            check_int(name, getattr(self, name), 1)
 
     async def run(self, client: EngineClient, prompt: str, *, trace: Trace | None = None) -> ProgramResult:
         trace = trace if trace is not None else Trace("beam_prm")

@@ -31,6 +31,7 @@ from reasonserve.certainindex.stopping import (
 )
 from reasonserve.clients.errors import MalformedResponseError
 from reasonserve.clients.protocol import EngineClient, GenerateRequest, GenerateResult
+from reasonserve.core.checks import check_int
 from reasonserve.core.errors import InvalidArgumentError
 from reasonserve.programs._inflight import InFlight, run_guarded
 from reasonserve.programs.trace import ProgramResult, Trace
@@ -73,9 +74,7 @@ class CoTWithProbe:
 
     def __post_init__(self) -> None:
         for name in ("chunk_tokens", "max_tokens", "probe_tokens"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise InvalidArgumentError(f"{name} must be an int >= 1, got {value!r}")
+            check_int(name, getattr(self, name), 1)
         if not isinstance(self.probe_suffix, str) or not self.probe_suffix:
             raise InvalidArgumentError("probe_suffix must be a non-empty str")
         missing = set(getattr(self.rule, "requires", {"?"})) - _HOST_SIGNALS

@@ -18,6 +18,7 @@ from reasonserve.certainindex.allocation import EvenPolicy, ProgramStatus
 from reasonserve.certainindex.answers import extract_answer
 from reasonserve.certainindex.estimators.reward import RewardCertainty
 from reasonserve.clients.protocol import EngineClient
+from reasonserve.core.checks import check_int
 from reasonserve.core.errors import InvalidArgumentError
 from reasonserve.programs._inflight import InFlight, run_guarded
 from reasonserve.programs._search import Node, Scorer, StepConfig, expand, resolve_scorer, score_nodes
@@ -38,9 +39,7 @@ class MCTS:
 
     def __post_init__(self) -> None:
         for name in ("expansions", "max_iterations"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise InvalidArgumentError(f"{name} must be an int >= 1, got {value!r}")
+            check_int(name, getattr(self, name), 1)
         if not (isinstance(self.c_puct, (int, float)) and math.isfinite(self.c_puct) and self.c_puct >= 0):
             raise InvalidArgumentError(f"c_puct must be a finite number >= 0, got {self.c_puct!r}")
 

@@ -39,6 +39,7 @@ from reasonserve.certainindex.answers.equivalence import AnswerClasses
 from reasonserve.certainindex.estimators.reward import RewardCertainty
 from reasonserve.certainindex.estimators.semantic_entropy import SemanticEntropy
 from reasonserve.clients.protocol import EngineClient, GenerateRequest, ProgramProgress
+from reasonserve.core.checks import check_int
 from reasonserve.core.errors import InvalidArgumentError
 from reasonserve.programs._inflight import InFlight, run_guarded
 from reasonserve.programs.trace import ProgramResult, Trace
@@ -72,8 +73,7 @@ class SelfConsistency:
             value = getattr(self, name)
             if name == "first_step" and value is None:
                 continue
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise InvalidArgumentError(f"{name} must be an int >= 1, got {value!r}")
+            check_int(name, value, 1)
         if not callable(getattr(self.policy, "grant", None)):
             raise InvalidArgumentError("policy must have grant(ProgramStatus) -> bool")
         if self.scorer is not None and not callable(self.scorer):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from reasonserve.core.checks import check_int
 from reasonserve.core.errors import InvalidArgumentError
 from reasonserve.engine import EngineConfig
 from reasonserve.serve.config import ServeConfig
@@ -50,9 +51,7 @@ class RayServeConfig:
         if not isinstance(self.engine, EngineConfig) or not isinstance(self.serve, ServeConfig):
             raise InvalidArgumentError("engine must be an EngineConfig and serve a ServeConfig")
         for name in ("num_replicas", "torch_threads_per_replica", "max_ongoing_requests", "quantum_tokens"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise InvalidArgumentError(f"{name} must be an int >= 1, got {value!r}")
+            check_int(name, getattr(self, name), 1)
         if not isinstance(self.max_migration_retries, int) or self.max_migration_retries < 0:
             raise InvalidArgumentError(
                 f"max_migration_retries must be an int >= 0, got {self.max_migration_retries!r}"

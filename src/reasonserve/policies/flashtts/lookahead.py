@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from reasonserve.core.checks import check_int
 from reasonserve.core.errors import InvalidArgumentError
 
 __all__ = ["LookaheadVerification", "VerifyCandidate", "VerifyRequest"]
@@ -29,9 +30,7 @@ class VerifyCandidate:
 
     def __post_init__(self) -> None:
         for fname in ("step_tokens", "spec_tokens"):
-            value = getattr(self, fname)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise InvalidArgumentError(f"VerifyCandidate.{fname} must be an int >= 0, got {value!r}")
+            check_int(f"VerifyCandidate.{fname}", getattr(self, fname), 0)
         if self.next_step_complete and self.spec_tokens == 0:
             raise InvalidArgumentError(f"beam {self.beam_id!r}: a complete next step needs spec_tokens > 0")
 

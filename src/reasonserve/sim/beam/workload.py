@@ -23,6 +23,7 @@ import random
 import re
 from dataclasses import dataclass
 
+from reasonserve.core.checks import check_int
 from reasonserve.core.errors import InvalidArgumentError
 
 __all__ = [
@@ -137,9 +138,7 @@ class BeamSearchSpec:
 
     def __post_init__(self) -> None:
         for fname in ("width", "branching", "max_steps", "max_model_len", "max_step_tokens"):
-            value = getattr(self, fname)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise InvalidArgumentError(f"BeamSearchSpec.{fname} must be an int >= 1, got {value!r}")
+            check_int(f"BeamSearchSpec.{fname}", getattr(self, fname), 1)
         if self.branching > self.width:
             raise InvalidArgumentError(f"branching ({self.branching}) must be <= width ({self.width})")
 
